@@ -1,0 +1,166 @@
+"""The effects the decision pipeline asks its driver to perform, and the two drivers.
+
+The pipeline (``_pipeline.plan``) is a generator: it yields an effect, the driver performs
+it (blocking in ``Session.call``, awaiting in ``Session.acall``) and sends the result back
+(or throws the exception in). That is the only place where sync and async differ.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import threading
+import time
+from collections.abc import Callable, Generator, Mapping
+from typing import Any, NamedTuple, TypeVar
+
+T = TypeVar("T")
+
+
+class AttemptTimeout(Exception):  # noqa: N818 - internal signal, never escapes the pipeline
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"no answer within {seconds:g} s")
+        self.seconds = seconds
+
+
+class Blocking(NamedTuple):
+    """Call ``fn(*args)``: store operations, reconcile functions."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    blocking: bool = True
+
+
+class Attempt(NamedTuple):
+    """Run the tool once with a timeout."""
+
+    fn: Callable[..., Any]
+    kwargs: Mapping[str, Any]
+    timeout: float | None
+    is_async: bool
+
+
+class Sleep(NamedTuple):
+    seconds: float
+
+
+class Wait(NamedTuple):
+    """Wait for another caller's execution (single-flight)."""
+
+    future: concurrent.futures.Future[Any]
+    timeout: float | None
+
+
+Effect = Blocking | Attempt | Sleep | Wait
+Plan = Generator[Effect, Any, T]
+
+# Sync tools that have a timeout run here so that a hung one can be abandoned. Threads
+# are created on demand; an abandoned thread holds its slot until the tool returns.
+_pool = concurrent.futures.ThreadPoolExecutor(max_workers=256, thread_name_prefix="headway-tool")
+
+
+def _run_coroutine(fn: Callable[..., Any], kwargs: Mapping[str, Any], timeout: float | None) -> Any:
+    async def main() -> Any:
+        return await asyncio.wait_for(fn(**kwargs), timeout)
+
+    return asyncio.run(main())
+
+
+def _attempt_sync(e: Attempt, sleep: Callable[[float], None]) -> Any:
+    if e.is_async:
+        fut = _pool.submit(_run_coroutine, e.fn, e.kwargs, e.timeout)
+    elif e.timeout is None:
+        return e.fn(**e.kwargs)
+    else:
+        fut = _pool.submit(functools.partial(e.fn, **e.kwargs))
+    try:
+        return fut.result(timeout=e.timeout)
+    except TimeoutError:
+        if fut.done():
+            raise  # the tool's own timeout: the pipeline treats it as one too
+        raise AttemptTimeout(e.timeout or 0.0) from None
+
+
+def drive_sync(plan: Plan[T], sleep: Callable[[float], None] = time.sleep) -> T:
+    send: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            effect = plan.throw(error) if error is not None else plan.send(send)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        send, error = None, None
+        try:
+            if isinstance(effect, Blocking):
+                send = effect.fn(*effect.args)
+            elif isinstance(effect, Attempt):
+                send = _attempt_sync(effect, sleep)
+            elif isinstance(effect, Sleep):
+                sleep(effect.seconds)
+            else:
+                send = effect.future.result(timeout=effect.timeout)
+        except BaseException as exc:
+            error = exc
+
+
+async def _attempt_async(e: Attempt) -> Any:
+    try:
+        if e.is_async:
+            return await asyncio.wait_for(e.fn(**e.kwargs), e.timeout)
+        # a sync tool must not block the event loop: it runs in a thread, abandoned on timeout
+        return await asyncio.wait_for(
+            asyncio.to_thread(functools.partial(e.fn, **e.kwargs)), e.timeout
+        )
+    except TimeoutError:
+        raise AttemptTimeout(e.timeout or 0.0) from None
+
+
+async def drive_async(plan: Plan[T], sleep: Callable[[float], Any] = asyncio.sleep) -> T:
+    send: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            effect = plan.throw(error) if error is not None else plan.send(send)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        send, error = None, None
+        try:
+            if isinstance(effect, Blocking):
+                if effect.blocking:
+                    send = await asyncio.to_thread(effect.fn, *effect.args)
+                else:
+                    send = effect.fn(*effect.args)
+            elif isinstance(effect, Attempt):
+                send = await _attempt_async(effect)
+            elif isinstance(effect, Sleep):
+                result = sleep(effect.seconds)
+                if asyncio.iscoroutine(result):
+                    await result
+            else:
+                send = await asyncio.wait_for(asyncio.wrap_future(effect.future), effect.timeout)
+        except BaseException as exc:
+            error = exc
+
+
+class Flights:
+    """In-process single-flight: the first caller of a key leads, the others wait for it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._futures: dict[str, concurrent.futures.Future[Any]] = {}
+
+    def join(self, key: str) -> tuple[bool, concurrent.futures.Future[Any]]:
+        """(leader?, future). The leader must call ``land`` when done."""
+        with self._lock:
+            fut = self._futures.get(key)
+            if fut is not None:
+                return False, fut
+            fut = self._futures[key] = concurrent.futures.Future()
+            return True, fut
+
+    def land(self, key: str, result: Any) -> None:
+        with self._lock:
+            fut = self._futures.pop(key, None)
+        if fut is not None and not fut.done():
+            fut.set_result(result)

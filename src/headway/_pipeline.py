@@ -1,0 +1,599 @@
+"""The decision pipeline: what happens to one call, top to bottom.
+
+``plan()`` is a generator and does no I/O: store operations, tool attempts, sleeps and
+waits are yielded as effects (``_effects``) that the sync or async driver performs.
+
+    stopped? -> spec -> canonical arguments -> read or write
+    read:  cache lookup -> correction? (repeat, cycle) -> cached? -> single-flight -> attempts -> cache
+    write: keyed? -> idempotency (claim, replay, reconcile) -> attempts -> record
+           unkeyed -> UNKNOWN rule -> attempts -> invalidate the session's reads
+    settle: budgets, progress mark, signals, escalation, stop, audit -> Outcome
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from . import breaker as brk
+from ._canonical import canonical_json, digest
+from ._effects import Attempt, AttemptTimeout, Blocking, Plan, Sleep, Wait
+from ._spec import ToolSpec
+from .audit import redact
+from .budgets import diagnostic
+from .errors import ArgumentError, BudgetExceeded, LoopDetected, Stop
+from .outcome import Outcome, Status, error_info
+from .retry import (
+    DEFAULT_RETRY,
+    NO_RETRY,
+    NON_RETRYABLE,
+    RETRYABLE,
+    Classification,
+    Retry,
+    default_classify,
+)
+
+if TYPE_CHECKING:
+    from ._session import Governor
+    from ._state import SessionState
+
+_DIGITS = re.compile(r"\d+")
+
+
+@dataclasses.dataclass(slots=True)
+class Call:
+    """What the pipeline knows and decided about one call (becomes the audit record)."""
+
+    spec: ToolSpec
+    args: Mapping[str, Any]
+    args_digest: str
+    key: str  # detector key: tool + arguments without ignored fields
+    effect: str
+    started: float
+    status: Status = Status.ERROR
+    value: Any = None
+    executed: bool = False
+    error: dict[str, Any] | None = None
+    fingerprint: str | None = None
+    attempts: int = 0
+    cache_key: str | None = None
+    cache_hit: bool = False
+    coalesced: bool = False
+    correction: str | None = None
+    would: str | None = None
+    idem_key: str | None = None
+    idem_state: str | None = None
+    reconcile_key: str | None = None
+    breaker: str = "closed"
+    flags: list[str] = dataclasses.field(default_factory=list)
+    text: str | None = None  # the result as text (computed once)
+    known: bool = True  # False for a tool name that is not registered
+
+
+def result_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+# -- the pipeline ----------------------------------------------------------------------
+
+
+def plan(
+    gov: Governor,
+    st: SessionState,
+    name: str,
+    args: Any,
+    idempotency_key: str | None = None,
+    step_id: str | None = None,
+) -> Plan[Outcome]:
+    check_stop(gov, st)
+    if not isinstance(args, Mapping):
+        raise ArgumentError(
+            f"arguments must be a mapping of names to values, not {type(args).__name__}"
+        )
+    canon = canonical_json(args)
+    spec = gov.spec(name)
+    c = _new_call(gov, spec, name, args, canon)
+    if spec is None:
+        known = ", ".join(sorted(gov.tools())[:30])
+        c.error = error_info(
+            "unknown_tool",
+            f"there is no tool named {name!r}",
+            retryable=False,
+            hint=f"Known tools: {known}.",
+        )
+        return settle(gov, st, c)
+    if idempotency_key is not None or step_id is not None:
+        if c.effect == "read":
+            c.flags.append("key_ignored_on_read")
+        else:
+            c.idem_key = idempotency_key or digest(gov.namespace, st.session_id, str(step_id))
+    if c.effect == "read":
+        yield from _read(gov, st, c)
+    else:
+        yield from gov.writes.run(gov, st, c)
+    return settle(gov, st, c)
+
+
+def _new_call(
+    gov: Governor, spec: ToolSpec | None, name: str, args: Mapping[str, Any], canon: str
+) -> Call:
+    args_digest = digest(canon)
+    key = name + ":" + args_digest
+    ignored = gov.ignore_fields + (spec.ignore_fields if spec else ())
+    if ignored and any(f in args for f in ignored):
+        key = (
+            name + ":" + digest(canonical_json({k: v for k, v in args.items() if k not in ignored}))
+        )
+    if spec is None:
+        return Call(
+            ToolSpec(name=name, fn=_unknown),
+            args,
+            args_digest,
+            key,
+            "write",
+            gov.clock(),
+            known=False,
+        )
+    return Call(spec, args, args_digest, key, spec.effect_for(args), gov.clock())
+
+
+def _unknown(**_: Any) -> None:
+    return None
+
+
+def _read(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
+    spec = c.spec
+    fresh: dict[str, Any] | None = None
+    if spec.cacheable():
+        scope = (
+            "global" if spec.scope == "global" else st.session_id + "#" + _generation(st, spec.name)
+        )
+        c.cache_key = digest(gov.namespace, "cache", scope, spec.name, spec.version, c.args_digest)
+        entry = yield from store_op(gov, c, "get", c.cache_key)
+        if isinstance(entry, dict) and (spec.ttl is None or gov.clock() - entry["t"] < spec.ttl):
+            fresh = entry
+    # a TTL read whose entry expired is a fresh look, not a repeat
+    if fresh is not None or not spec.ttl:
+        with st.lock:
+            correction = st.monitor.before(spec, c.key, "read")
+        if correction is not None:
+            if gov.enforce:
+                c.status, c.correction = Status.CORRECTED, correction
+                return
+            c.would = "correct"
+    if fresh is not None:
+        if gov.enforce:
+            c.status, c.value, c.cache_hit = Status.CACHED, fresh["v"], True
+            return
+        c.would = c.would or "cache"
+    if c.cache_key is None:
+        yield from execute(gov, st, c)
+        return
+    # shadow mode runs every call as if headway were absent: no coalescing
+    leader, future = gov.flights.join(c.cache_key) if gov.enforce else (False, None)
+    if future is not None and not leader:
+        try:
+            shared = yield Wait(future, spec.timeout)
+        except TimeoutError:
+            shared = None  # the leader is slow or hung: look for ourselves
+        if shared is not None:
+            c.coalesced = True
+            c.status, c.value, c.error = shared[0], _copy(shared[1]), shared[2]
+            c.cache_hit = c.status is Status.CACHED
+            return
+    try:
+        yield from execute(gov, st, c)
+        if c.status is Status.EXECUTED:
+            c.text = result_text(c.value)
+            if len(c.text) <= gov.max_cached_bytes:
+                entry = {"v": c.value, "t": gov.clock()}
+                ok = yield from store_op(
+                    gov, c, "set", c.cache_key, entry, spec.ttl or gov.cache_gc_s
+                )
+                if ok is None:
+                    c.flags.append("not_cached")
+            else:
+                c.flags.append("too_large_to_cache")
+    finally:
+        if leader:
+            shared_status = Status.CACHED if c.status is Status.EXECUTED else c.status
+            gov.flights.land(c.cache_key, (shared_status, _share(c), c.error))
+
+
+def _share(c: Call) -> Any:
+    if c.status is not Status.EXECUTED:
+        return None
+    return (
+        ("json", c.text)
+        if c.text is not None and not isinstance(c.value, str)
+        else ("raw", c.value)
+    )
+
+
+def _copy(shared: Any) -> Any:
+    if shared is None:
+        return None
+    kind, payload = shared
+    return json.loads(payload) if kind == "json" else payload
+
+
+def _generation(st: SessionState, tool: str) -> str:
+    gen = st.generation
+    return f"{gen.get('*', 0)}.{gen.get(tool, 0)}"
+
+
+def invalidate(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
+    """A write ran: the session's cached reads (or those it names) are no longer fresh."""
+    with st.lock:
+        for name in c.spec.invalidates or ("*",):
+            st.generation[name] = st.generation.get(name, 0) + 1
+        snapshot = dict(st.generation)
+    yield from store_op(gov, c, "set", gov.generation_key(st.session_id), snapshot, gov.cache_gc_s)
+
+
+def store_op(gov: Governor, c: Call, op: str, *args: Any) -> Plan[Any]:
+    """A store operation that fails open: None (and a flag in the audit) when the store fails."""
+    try:
+        result = yield Blocking(getattr(gov.store, op), args, gov.store.blocking)
+    except Exception as exc:
+        c.flags.append(f"store_error: {type(exc).__name__}: {exc}"[:300])
+        return None
+    return True if result is None and op == "set" else result
+
+
+# -- attempts: timeout, retry, breaker ---------------------------------------------------
+
+
+def _policy(gov: Governor, c: Call) -> Retry:
+    if not gov.enforce:
+        return NO_RETRY
+    spec = c.spec
+    safe = c.effect == "read" or spec.idempotent or c.idem_key is not None
+    if not safe:
+        return NO_RETRY
+    return spec.retry if isinstance(spec.retry, Retry) else DEFAULT_RETRY
+
+
+def _breaker(gov: Governor, spec: ToolSpec) -> brk.Breaker | None:
+    if not gov.enforce or spec.breaker is False:
+        return None
+    return spec.breaker if isinstance(spec.breaker, brk.Breaker) else gov.default_breaker
+
+
+def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
+    """Run the tool: attempts with timeouts, retries when eligible, breaker around each."""
+    spec = c.spec
+    policy = _policy(gov, c)
+    b = _breaker(gov, spec)
+    classify = spec.classify or default_classify
+    start = gov.clock()
+    while True:
+        probe = False
+        if b is not None:
+            lease = b.probe_lease_s or spec.timeout or 60.0
+            now = gov.clock()
+            decision, retry_after = yield from breaker_update(
+                gov, spec, b, lambda s, n=now, le=lease: brk.admit(b, s, n, le)
+            )
+            c.breaker = {"allow": "closed", "probe": "half_open", "reject": "open"}[decision]
+            if decision == "reject":
+                _circuit_open(c, retry_after)
+                return
+            probe = decision == "probe"
+        timeout = spec.timeout
+        if policy.deadline_s is not None:
+            left = policy.deadline_s - (gov.clock() - start)
+            timeout = left if timeout is None else min(timeout, left)
+        c.attempts += 1
+        try:
+            c.value = yield Attempt(spec.fn, c.args, timeout, spec.is_async)
+        except (AttemptTimeout, TimeoutError) as exc:
+            failure: BaseException = exc
+            timed_out = True
+        except Exception as exc:
+            failure, timed_out = exc, False
+        except BaseException:
+            # cancellation and interrupts are never retried and never counted
+            if b is not None:
+                yield from breaker_update(
+                    gov, spec, b, lambda s, p=probe: (brk.release(s, p), None)
+                )
+            raise
+        else:
+            c.status, c.executed, c.error = Status.EXECUTED, True, None
+            if b is not None:
+                now = gov.clock()
+                yield from breaker_update(
+                    gov, spec, b, lambda s, n=now, p=probe: (brk.record(b, s, True, p, n), None)
+                )
+            return
+        c.executed = True
+        verdict = _classify(classify, failure, timed_out, spec)
+        if b is not None:
+            now = gov.clock()
+            if _ignored(b, failure):
+                yield from breaker_update(
+                    gov, spec, b, lambda s, p=probe: (brk.release(s, p), None)
+                )
+            else:
+                yield from breaker_update(
+                    gov, spec, b, lambda s, n=now, p=probe: (brk.record(b, s, False, p, n), None)
+                )
+        c.value = None
+        if timed_out and c.effect == "write":
+            # the remote may have acted: never retried blindly, reconciled on next use
+            c.status = Status.UNKNOWN
+            c.error = error_info(
+                "timeout", describe(failure), retryable=False, hint="Do not repeat this call."
+            )
+            return
+        _fail(c, failure, verdict, timed_out)
+        elapsed = gov.clock() - start
+        delay = policy.next_delay(c.attempts, verdict, elapsed, gov.rng)
+        if delay is None:
+            return
+        with st.lock:
+            if not st.meter.retry_allowed(spec.name):
+                c.flags.append("retry_budget_exhausted")
+                return
+            st.meter.count_retry(spec.name)
+        if gov.on_retry is not None:
+            gov.on_retry(
+                {"tool": spec.name, "attempt": c.attempts, "delay_s": delay, "error": c.error}
+            )
+        if delay > 0:
+            yield Sleep(delay)
+
+
+def _classify(classify: Any, exc: BaseException, timed_out: bool, spec: ToolSpec) -> Classification:
+    if timed_out:
+        return RETRYABLE  # a read that timed out is worth another look; writes never get here
+    if isinstance(exc, TypeError) and _bad_arguments(spec, exc):
+        return NON_RETRYABLE
+    try:
+        verdict: Classification = classify(exc)
+    except Exception:
+        return NON_RETRYABLE
+    return verdict
+
+
+def _bad_arguments(spec: ToolSpec, exc: TypeError) -> bool:
+    text = describe(exc)
+    name = getattr(spec.fn, "__name__", "\x00")
+    return "argument" in text and (name in text or "positional" in text or "keyword" in text)
+
+
+def _ignored(b: brk.Breaker, exc: BaseException) -> bool:
+    if b.ignore and isinstance(exc, b.ignore):
+        return True
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    return isinstance(status, int) and 400 <= status < 500 and status != 429
+
+
+def describe(exc: BaseException) -> str:
+    """str(exc), even for exceptions whose __str__ fails."""
+    try:
+        return str(exc)
+    except Exception:
+        return f"<{type(exc).__name__}: message unavailable>"
+
+
+def _fail(c: Call, exc: BaseException, verdict: Classification, timed_out: bool) -> None:
+    name = type(exc).__name__
+    text = describe(exc)
+    message = f"{name}: {text}"[:2000]
+    retryable = verdict is not NON_RETRYABLE
+    if timed_out:
+        code, hint = "timeout", "The tool did not answer in time; a later retry may succeed."
+    elif isinstance(exc, TypeError) and _bad_arguments(c.spec, exc):
+        code, hint = (
+            "invalid_arguments",
+            "The arguments do not match the tool's parameters: fix them.",
+        )
+    else:
+        code = "tool_error"
+        hint = (
+            "This looks transient; retrying later may succeed."
+            if retryable
+            else "Check the arguments against the tool's description, or use another tool."
+        )
+    c.status = Status.ERROR
+    c.error = error_info(code, message, retryable=retryable, hint=hint)
+    c.fingerprint = f"{name}:{_DIGITS.sub('#', text)[:300]}"
+
+
+def _circuit_open(c: Call, retry_after: float) -> None:
+    spec = c.spec
+    if spec.has_fallback:
+        fb = spec.fallback
+        try:
+            c.value = fb(c.args) if callable(fb) else fb
+            c.status = Status.FALLBACK
+        except Exception as exc:
+            c.flags.append(f"fallback_failed: {describe(exc)}"[:200])
+        else:
+            return
+    c.status = Status.ERROR
+    c.error = error_info(
+        "circuit_open",
+        f"{spec.name} is failing and its circuit breaker is open",
+        retryable=True,
+        hint=f"Do not call {spec.name} for {retry_after:.1f} s; use another tool or continue without it.",
+        retry_after=round(retry_after, 3),
+    )
+
+
+def breaker_update(gov: Governor, spec: ToolSpec, b: brk.Breaker, fn: Any) -> Plan[Any]:
+    """Apply a pure transition ``fn(state) -> (state, result)`` atomically."""
+    if not b.shared:
+        with gov.breaker_lock:
+            state = gov.breakers.get(spec.name, brk.CLOSED)
+            new, result = fn(state)
+            if new is not state:
+                gov.breakers[spec.name] = new
+        return result
+    key = gov.breaker_key(spec.name)
+    store = gov.store
+    for _ in range(1000):  # optimistic concurrency: retry on a lost compare-and-set
+        try:
+            current = yield Blocking(store.get, (key,), store.blocking)
+            state = current if isinstance(current, dict) else brk.CLOSED
+            new, result = fn(state)
+            if new is state:
+                return result
+            if current is None:
+                won = yield Blocking(store.add, (key, new, None), store.blocking)
+            else:
+                won = yield Blocking(store.swap, (key, current, new, None), store.blocking)
+        except Exception:
+            if b.on_store_error == "open":
+                return ("reject", b.cooldown_s)
+            return ("allow", 0.0)
+        if won:
+            return result
+    return ("reject", 0.1)
+
+
+# -- settle: budgets, detectors, stop, audit ------------------------------------------
+
+
+def check_stop(gov: Governor, st: SessionState) -> None:
+    """Raise the session's stop, if any; check the wall clock."""
+    if st.stop is not None:
+        raise type(st.stop)(st.stop.diagnostic)
+    over = st.meter.wall_clock(gov.clock())
+    if over is not None:
+        diag = diagnostic(*over, st.steps, st.monitor.last_progress_step)
+        if gov.enforce:
+            st.stop = BudgetExceeded(diag)
+            raise BudgetExceeded(diag)
+        st.would_stop = st.would_stop or diag
+
+
+def settle(gov: Governor, st: SessionState, c: Call) -> Outcome:
+    spec = c.spec
+    now = gov.clock()
+    with st.lock:
+        index = st.steps
+        st.steps += 1
+        reached = st.meter.count_call(spec.name)
+        signals: dict[str, Any] = {}
+        mark = "neutral"
+        correction = c.correction
+        stop: Stop | None = None
+        if c.known and not c.coalesced:
+            text = c.error.get("message") if c.error else None
+            if c.status in (Status.EXECUTED, Status.CACHED, Status.REPLAYED, Status.FALLBACK):
+                text = c.text if c.text is not None else result_text(c.value)
+            obs = st.monitor.observation(
+                index, spec.name, c.key, c.args_digest[:16], c.effect, c.status, text, c.fingerprint
+            )
+            v = st.monitor.after(spec, obs, c.value, now=now, session_limit=st.no_progress_limit)
+            mark, signals = v.mark, v.signals
+            if correction is None:
+                correction = v.correction
+            if v.stop is not None:
+                stop = LoopDetected(v.stop) if v.stop_kind == "loop" else BudgetExceeded(v.stop)
+        if stop is None and reached is not None:
+            stop = BudgetExceeded(diagnostic(*reached, index, st.monitor.last_progress_step))
+        if stop is not None:
+            if gov.enforce:
+                st.stop = st.stop or stop
+            else:
+                st.would_stop = st.would_stop or stop.diagnostic
+        if not gov.enforce and st.would_stop is not None:
+            c.would = "stop"
+        budget = st.meter.consumption(spec.name)
+        last_progress = st.monitor.last_progress_step
+    outcome = Outcome(
+        status=c.status,
+        tool=spec.name,
+        value=c.value
+        if c.status in (Status.EXECUTED, Status.CACHED, Status.REPLAYED, Status.FALLBACK)
+        else None,
+        executed=c.executed,
+        error=c.error,
+        correction=correction,
+        reconcile_key=c.reconcile_key,
+        step=index,
+        attempts=c.attempts,
+    )
+    if gov.sinks:
+        record = _record(gov, st, c, outcome, now, mark, signals, budget, last_progress)
+        for sink in gov.sinks:
+            try:
+                sink.write(record)
+            except Exception as exc:  # an audit sink must never break a call
+                gov.report_sink_error(sink, exc)
+    return outcome
+
+
+def _record(
+    gov: Governor,
+    st: SessionState,
+    c: Call,
+    out: Outcome,
+    now: float,
+    mark: str,
+    signals: dict[str, Any],
+    budget: dict[str, Any],
+    last_progress: int | None,
+) -> dict[str, Any]:
+    text = c.text
+    if text is None and out.value is not None:
+        text = result_text(out.value)
+    saved = 0
+    if c.status in (Status.CACHED, Status.REPLAYED, Status.CORRECTED) and text is not None:
+        saved = len(text) // 4
+    return {
+        "time": now,
+        "agent": st.agent,
+        "session": st.session_id,
+        "step": out.step,
+        "tool": out.tool,
+        "args_digest": c.args_digest,
+        "args": redact(c.args, c.spec.redact),
+        "result_digest": digest(text) if text is not None else None,
+        "result_size": len(text) if text is not None else None,
+        "status": c.status.value,
+        "executed": c.executed,
+        "cache_hit": c.cache_hit,
+        "coalesced": c.coalesced,
+        "idempotency_key": c.idem_key,
+        "idempotency_state": c.idem_state,
+        "attempts": c.attempts,
+        "breaker": c.breaker,
+        "latency_ms": round((now - c.started) * 1000, 3),
+        "mark": mark,
+        "signals": signals,
+        "decision": _decision(c),
+        "would": c.would,
+        "error": c.error.get("code") if c.error else None,
+        "correction": out.correction is not None,
+        "budget": budget,
+        "last_progress_step": last_progress,
+        "tokens_saved": saved,
+        "flags": c.flags,
+    }
+
+
+def _decision(c: Call) -> str:
+    if c.coalesced:
+        return "coalesce"
+    return {
+        Status.EXECUTED: "execute",
+        Status.CACHED: "cache",
+        Status.REPLAYED: "replay",
+        Status.CORRECTED: "correct",
+        Status.UNKNOWN: "unknown",
+        Status.FALLBACK: "fallback",
+        Status.ERROR: "reject" if not c.executed else "execute",
+    }[c.status]

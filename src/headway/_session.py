@@ -1,0 +1,316 @@
+"""``Governor`` (tools, store, policies) and ``Session`` (one agent run).
+
+``Session.call`` and ``Session.acall`` are thin drivers over the same I/O-free pipeline
+(``_pipeline.plan``): there is one decision path, not a sync and an async copy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from . import _pipeline
+from ._effects import Flights, drive_async, drive_sync
+from ._spec import ToolSpec, make_spec, options_from_mcp
+from ._state import SessionState
+from .audit import AuditSink, MemoryAudit
+from .breaker import Breaker
+from .budgets import Budgets, diagnostic
+from .detectors import Detector, Monitor
+from .errors import BudgetExceeded, ConfigError
+from .idempotency import Writes
+from .outcome import Outcome
+from .retry import default_rng
+from .similarity import DEFAULT_NORMALIZERS, Normalizer
+from .stores import MemoryStore, Store
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Governor:
+    """Holds the tools, the store and the policies; opens sessions.
+
+    ``enforce=False`` is shadow mode (semantics §9): every call runs as if headway were
+    absent, and the audit records what headway would have done.
+    """
+
+    def __init__(
+        self,
+        store: Store | None = None,
+        *,
+        enforce: bool = True,
+        no_progress_limit: int = 6,
+        window: int = 32,
+        namespace: str = "default",
+        task_limits: Mapping[str, int] | None = None,
+        normalizers: Sequence[Normalizer] = DEFAULT_NORMALIZERS,
+        similarity: float = 0.75,
+        detectors: Sequence[Detector] = (),
+        ignore_fields: Sequence[str] = (),
+        audit: Sequence[AuditSink] | None = None,
+        max_cached_bytes: int = 1_000_000,
+        cache_gc_s: float = 86_400.0,
+        idempotency_ttl_s: float = 86_400.0,
+        in_progress_wait_s: float = 5.0,
+        store_failure: str = "closed",
+        breaker: Breaker | None = None,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], Any] | None = None,
+        rng: Callable[[], float] = default_rng,
+        on_retry: Callable[[dict[str, Any]], None] | None = None,
+        agent: str | None = None,
+    ) -> None:
+        if no_progress_limit < 1 or window < 2:
+            raise ConfigError("no_progress_limit must be >= 1 and window >= 2")
+        if store_failure not in ("closed", "open"):
+            raise ConfigError("store_failure must be 'closed' (keyed writes refused) or 'open'")
+        self.store: Store = store if store is not None else MemoryStore()
+        self.enforce = enforce
+        self.no_progress_limit = no_progress_limit
+        self.window = window
+        self.namespace = namespace
+        self.task_limits = dict(task_limits or {})
+        self.normalizers = tuple(normalizers)
+        self.similarity = similarity
+        self.detectors = tuple(detectors)
+        self.ignore_fields = tuple(ignore_fields)
+        self.audit = MemoryAudit() if audit is None else None
+        self.sinks: tuple[AuditSink, ...] = (
+            (self.audit,) if self.audit is not None else tuple(audit or ())
+        )
+        self.max_cached_bytes = max_cached_bytes
+        self.cache_gc_s = cache_gc_s
+        self.idempotency_ttl_s = idempotency_ttl_s
+        self.in_progress_wait_s = in_progress_wait_s
+        self.store_failure = store_failure
+        self.default_breaker = breaker or Breaker()
+        self.clock = clock
+        self.sleep = sleep
+        self.rng = rng
+        self.on_retry = on_retry
+        self.agent = agent
+        self.flights = Flights()
+        self.writes = Writes()
+        self.breakers: dict[str, dict[str, Any]] = {}
+        self.breaker_lock = threading.Lock()
+        self._specs: dict[str, ToolSpec] = {}
+        self._sessions: dict[str, SessionState] = {}
+        self._sessions_lock = threading.Lock()
+
+    # -- tools ---------------------------------------------------------------------
+
+    def register(self, name: str, fn: Callable[..., Any], **options: Any) -> ToolSpec:
+        """Register ``fn`` as tool ``name`` (the options are the fields of semantics §1).
+
+        ``annotations=`` takes MCP tool annotations; explicit options win over them.
+        """
+        annotations = options.pop("annotations", None)
+        merged = (
+            {**options_from_mcp(annotations), **options} if annotations is not None else options
+        )
+        spec = make_spec(name, fn, **merged)
+        self._specs[name] = spec
+        return spec
+
+    def tool(self, fn: F | None = None, /, *, name: str | None = None, **options: Any) -> Any:
+        """Decorator form of ``register``; the tool is named after the function by default."""
+
+        def wrap(f: F) -> F:
+            self.register(name or f.__name__, f, **options)
+            return f
+
+        return wrap(fn) if fn is not None else wrap
+
+    def spec(self, name: str) -> ToolSpec | None:
+        return self._specs.get(name)
+
+    def tools(self) -> list[str]:
+        return list(self._specs)
+
+    # -- sessions ------------------------------------------------------------------
+
+    def session(
+        self,
+        run_id: str,
+        *,
+        budgets: Budgets | None = None,
+        no_progress_limit: int | None = None,
+        task_type: str | None = None,
+        agent: str | None = None,
+    ) -> Session:
+        """Open (or resume, in this process) the session of one agent run."""
+        with self._sessions_lock:
+            st = self._sessions.get(run_id)
+            if st is None:
+                limit = no_progress_limit or self.task_limits.get(
+                    task_type or "", self.no_progress_limit
+                )
+                monitor = Monitor(
+                    limit=limit,
+                    window=self.window,
+                    normalizers=self.normalizers,
+                    threshold=self.similarity,
+                    detectors=self.detectors,
+                )
+                st = SessionState.new(
+                    run_id,
+                    budgets=budgets or Budgets(),
+                    monitor=monitor,
+                    limit=limit,
+                    now=self.clock(),
+                    agent=agent or self.agent,
+                    task_type=task_type,
+                )
+                self._load_generation(st)
+                self._sessions[run_id] = st
+                while len(self._sessions) > 10_000:  # forget the oldest sessions' in-process state
+                    self._sessions.pop(next(iter(self._sessions)))
+            elif no_progress_limit is not None:
+                st.no_progress_limit = no_progress_limit
+        return Session(self, st)
+
+    def _load_generation(self, st: SessionState) -> None:
+        try:
+            saved = self.store.get(self.generation_key(st.session_id))
+        except Exception:
+            saved = None
+        if not isinstance(saved, dict):
+            # a session seen for the first time, or a store that lost it: start from an
+            # epoch no earlier entry can have, so a resumed run never reads a stale cache
+            saved = {"*": int(time.time() * 1000)}
+            try:
+                if not self.store.add(self.generation_key(st.session_id), saved, self.cache_gc_s):
+                    saved = self.store.get(self.generation_key(st.session_id)) or saved
+            except Exception as exc:  # reads fail open: the session works, just uncached
+                warnings.warn(
+                    f"headway store unavailable at session start: {exc}",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+        st.generation.update({str(k): int(v) for k, v in saved.items()})
+
+    def generation_key(self, session_id: str) -> str:
+        return f"{self.namespace}:gen:{{{session_id}}}"
+
+    def breaker_key(self, tool: str) -> str:
+        return f"{self.namespace}:breaker:{{{tool}}}"
+
+    def breaker_state(self, tool: str) -> str:
+        """'closed', 'open' or 'half_open' (per-process breakers; shared ones read the store)."""
+        spec = self._specs.get(tool)
+        b = (
+            spec.breaker
+            if spec is not None and isinstance(spec.breaker, Breaker)
+            else self.default_breaker
+        )
+        if b.shared:
+            state = self.store.get(self.breaker_key(tool))
+        else:
+            with self.breaker_lock:
+                state = self.breakers.get(tool)
+        return str(state["state"]) if isinstance(state, dict) else "closed"
+
+    # -- audit ---------------------------------------------------------------------
+
+    def audit_records(self, session_id: str) -> list[dict[str, Any]]:
+        """The session's audit records, oldest first, from the first sink that can read."""
+        for sink in self.sinks:
+            records = getattr(sink, "records", None)
+            if callable(records):
+                result: list[dict[str, Any]] = records(session_id)
+                return result
+        return []
+
+    def report_sink_error(self, sink: AuditSink, exc: Exception) -> None:
+        warnings.warn(
+            f"audit sink {type(sink).__name__} failed: {exc}", RuntimeWarning, stacklevel=2
+        )
+
+    def close(self) -> None:
+        self.store.close()
+
+
+class Session:
+    """One agent run. Use as a context manager (sync or async) or directly."""
+
+    def __init__(self, gov: Governor, state: SessionState) -> None:
+        self.governor = gov
+        self._st = state
+
+    @property
+    def id(self) -> str:
+        return self._st.session_id
+
+    @property
+    def steps(self) -> int:
+        return self._st.steps
+
+    @property
+    def stopped(self) -> bool:
+        return self._st.stop is not None
+
+    def call(
+        self,
+        name: str,
+        args: Mapping[str, Any] | None = None,
+        *,
+        idempotency_key: str | None = None,
+        step_id: str | None = None,
+    ) -> Outcome:
+        """Run one tool call through headway. Returns an Outcome; raises only
+        ArgumentError, KeyReuseError and Stop."""
+        plan = _pipeline.plan(
+            self.governor, self._st, name, {} if args is None else args, idempotency_key, step_id
+        )
+        return drive_sync(plan, self.governor.sleep or time.sleep)
+
+    async def acall(
+        self,
+        name: str,
+        args: Mapping[str, Any] | None = None,
+        *,
+        idempotency_key: str | None = None,
+        step_id: str | None = None,
+    ) -> Outcome:
+        """``call`` for async code: async tools are awaited, sync tools run in a thread."""
+        plan = _pipeline.plan(
+            self.governor, self._st, name, {} if args is None else args, idempotency_key, step_id
+        )
+        return await drive_async(plan, self.governor.sleep or asyncio.sleep)
+
+    def record_turn(self, *, tokens: int = 0, cost: float = 0.0) -> None:
+        """Report one model turn; the next call stops if a turn, token or cost budget ran out."""
+        gov, st = self.governor, self._st
+        _pipeline.check_stop(gov, st)
+        with st.lock:
+            reached = st.meter.count_turn(tokens, cost)
+            if reached is not None:
+                diag = diagnostic(*reached, max(st.steps - 1, 0), st.monitor.last_progress_step)
+                if gov.enforce:
+                    st.stop = st.stop or BudgetExceeded(diag)
+                else:
+                    st.would_stop = st.would_stop or diag
+
+    def user_turn(self) -> None:
+        """A new user request: repeat and no-progress counters reset, budgets do not."""
+        with self._st.lock:
+            self._st.monitor.user_turn()
+
+    def audit_records(self) -> list[dict[str, Any]]:
+        return self.governor.audit_records(self.id)
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    async def __aenter__(self) -> Session:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None

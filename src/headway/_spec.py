@@ -1,0 +1,120 @@
+"""Tool specs (semantics §1): what a tool does to the world, and what follows from it."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
+
+from .errors import ConfigError
+
+Effect = Literal["read", "write"]
+DEFAULT_REDACT = ("password", "token", "secret", "api_key", "authorization")
+_NO_FALLBACK: Any = object()
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ToolSpec:
+    """Everything headway knows about one tool. The field names are the TOML keys."""
+
+    name: str
+    fn: Callable[..., Any]
+    effect: Effect | Callable[[Mapping[str, Any]], str] = "write"
+    idempotent: bool = False
+    deterministic: bool = False
+    ttl: float | None = None
+    version: str = ""
+    scope: Literal["session", "global"] = "session"
+    invalidates: tuple[str, ...] | None = None
+    poll: bool = False
+    max_polls: int | None = None
+    max_wait_s: float | None = None
+    progress: Callable[[Any, Any], bool] | None = None
+    progress_fields: tuple[str, ...] | None = None
+    no_progress_limit: int | None = None
+    ignore_fields: tuple[str, ...] = ()
+    timeout: float | None = 30.0
+    retry: Any = None
+    breaker: Any = None
+    fallback: Any = _NO_FALLBACK
+    reconcile: Callable[[str, Mapping[str, Any]], Any] | None = None
+    classify: Any = None
+    redact: tuple[str, ...] = DEFAULT_REDACT
+    is_async: bool = False
+
+    def __post_init__(self) -> None:
+        if not callable(self.fn):
+            raise ConfigError(f"tool {self.name!r}: fn must be callable")
+        if not callable(self.effect) and self.effect not in ("read", "write"):
+            raise ConfigError(
+                f"tool {self.name!r}: effect must be 'read', 'write' or a function, "
+                f"not {self.effect!r}"
+            )
+        if self.ttl is not None and self.ttl < 0:
+            raise ConfigError(f"tool {self.name!r}: ttl must be >= 0")
+        if self.scope not in ("session", "global"):
+            raise ConfigError(f"tool {self.name!r}: scope must be 'session' or 'global'")
+        if self.timeout is not None and self.timeout <= 0:
+            raise ConfigError(f"tool {self.name!r}: timeout must be > 0 or None")
+        for name in ("max_polls", "no_progress_limit"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(f"tool {self.name!r}: {name} must be >= 1")
+        fn = self.fn
+        object.__setattr__(self, "is_async", inspect.iscoroutinefunction(fn))
+
+    @property
+    def has_fallback(self) -> bool:
+        return self.fallback is not _NO_FALLBACK
+
+    def effect_for(self, args: Mapping[str, Any]) -> Effect:
+        """The effect of this call; a classifier that fails or answers oddly means write."""
+        if not callable(self.effect):
+            return self.effect
+        try:
+            answer = self.effect(args)
+        except Exception:
+            return "write"
+        return "read" if answer == "read" else "write"
+
+    def cacheable(self) -> bool:
+        """Read + deterministic (exact cache) or read + ttl > 0 (TTL cache)."""
+        return self.deterministic or (self.ttl is not None and self.ttl > 0)
+
+
+def make_spec(name: str, fn: Callable[..., Any], **options: Any) -> ToolSpec:
+    """Build a spec from keyword options, turning lists into tuples and checking names."""
+    fields = {f.name for f in dataclasses.fields(ToolSpec)} - {"name", "fn", "is_async"}
+    unknown = sorted(set(options) - fields)
+    if unknown:
+        raise ConfigError(f"tool {name!r}: unknown option(s) {', '.join(unknown)}")
+    for key in ("invalidates", "progress_fields", "ignore_fields", "redact"):
+        value = options.get(key)
+        if isinstance(value, str):
+            options[key] = (value,)
+        elif isinstance(value, Sequence):
+            options[key] = tuple(value)
+    return ToolSpec(name=name, fn=fn, **options)
+
+
+def _hint(annotations: Mapping[str, Any], camel: str, snake: str) -> bool | None:
+    value = annotations.get(camel, annotations.get(snake))
+    return None if value is None else bool(value)
+
+
+def options_from_mcp(annotations: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Spec options implied by MCP tool annotations (camelCase or snake_case hints).
+
+    readOnlyHint -> read; read-only with openWorldHint false -> deterministic (exact
+    cache); read-only and open world (the MCP default) -> dynamic read, no cache unless
+    the operator sets a ttl; idempotentHint on a write -> idempotent. Annotations come
+    from a possibly untrusted server: the caller merges operator options over these.
+    """
+    annotations = annotations or {}
+    read_only = _hint(annotations, "readOnlyHint", "read_only_hint") or False
+    open_world = _hint(annotations, "openWorldHint", "open_world_hint")
+    idempotent = _hint(annotations, "idempotentHint", "idempotent_hint") or False
+    if read_only:
+        return {"effect": "read", "deterministic": open_world is False}
+    return {"effect": "write", "idempotent": idempotent}

@@ -1,0 +1,40 @@
+"""One session's state: everything the decision core reads and updates, nothing else."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Any
+
+from .budgets import Budgets, Meter
+from .detectors import Monitor
+from .errors import Stop
+
+
+@dataclasses.dataclass(slots=True)
+class SessionState:
+    session_id: str
+    monitor: Monitor
+    meter: Meter
+    no_progress_limit: int
+    agent: str | None = None
+    task_type: str | None = None
+    steps: int = 0
+    stop: Stop | None = None  # set when a limit is reached: the next call raises it
+    would_stop: dict[str, Any] | None = None  # shadow mode: the stop that did not happen
+    generation: dict[str, int] = dataclasses.field(default_factory=dict)  # cache epochs
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+
+    @classmethod
+    def new(
+        cls,
+        session_id: str,
+        *,
+        budgets: Budgets,
+        monitor: Monitor,
+        limit: int,
+        now: float,
+        agent: str | None,
+        task_type: str | None,
+    ) -> SessionState:
+        return cls(session_id, monitor, Meter(budgets, now), limit, agent, task_type)

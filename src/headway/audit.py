@@ -1,0 +1,156 @@
+"""Audit trail (semantics §10): one record per call, written to pluggable sinks.
+
+A record is a flat, JSON-serialisable dict with these fields: ``time, agent, session,
+step, tool, args_digest, args (redacted summary), result_digest, result_size, status,
+executed, cache_hit, idempotency_key, idempotency_state, attempts, breaker, latency_ms,
+mark, signals, decision, would, error, budget, tokens_saved``.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import sqlite3
+import threading
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+_REDACTED = "[redacted]"
+
+
+@runtime_checkable
+class AuditSink(Protocol):
+    """Receives every audit record; must not raise (failures are the sink's to report)."""
+
+    def write(self, record: Mapping[str, Any]) -> None: ...
+
+
+@runtime_checkable
+class ReadableSink(AuditSink, Protocol):
+    def records(self, session_id: str) -> list[dict[str, Any]]: ...
+
+
+def redact(args: Any, names: Iterable[str], depth: int = 0) -> Any:
+    """A summary of the arguments safe to store: secret-looking names masked at any depth
+    (a name matches when it contains one of ``names``, case-insensitively), long strings
+    cut."""
+    if isinstance(args, Mapping):
+        lowered = tuple(n.lower() for n in names)
+        return {
+            str(k): _REDACTED
+            if any(n in str(k).lower() for n in lowered)
+            else redact(v, lowered, depth + 1)
+            for k, v in args.items()
+        }
+    if isinstance(args, list | tuple) and depth < 8:
+        return [redact(v, names, depth + 1) for v in args[:50]]
+    if isinstance(args, str):
+        return args if len(args) <= 200 else args[:200] + "..."
+    if args is None or isinstance(args, bool | int | float):
+        return args
+    return repr(args)[:200]
+
+
+class MemoryAudit:
+    """Keeps the most recent records of each session in memory (a public test double too)."""
+
+    def __init__(self, *, per_session: int = 10_000, sessions: int = 1_000) -> None:
+        self._by_session: collections.OrderedDict[str, collections.deque[dict[str, Any]]] = (
+            collections.OrderedDict()
+        )
+        self._per_session = per_session
+        self._sessions = sessions
+        self._lock = threading.Lock()
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        sid = str(record.get("session"))
+        with self._lock:
+            queue = self._by_session.get(sid)
+            if queue is None:
+                queue = self._by_session[sid] = collections.deque(maxlen=self._per_session)
+                while len(self._by_session) > self._sessions:
+                    self._by_session.popitem(last=False)
+            queue.append(dict(record))
+
+    def records(self, session_id: str) -> list[dict[str, Any]]:
+        with self._lock:
+            return [dict(r) for r in self._by_session.get(session_id, ())]
+
+
+class JSONLSink:
+    """Appends one JSON line per record to a file."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        line = json.dumps(record, ensure_ascii=False, default=str, sort_keys=True)
+        with self._lock, self.path.open("a", encoding="utf-8") as fh:
+            fh.write(line + "\n")
+
+    def records(self, session_id: str) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        with self.path.open(encoding="utf-8") as fh:
+            rows = (json.loads(line) for line in fh if line.strip())
+            return [r for r in rows if r.get("session") == session_id]
+
+
+class LoggingSink:
+    """Sends each record to a ``logging`` logger as one JSON message."""
+
+    def __init__(
+        self, logger: str | logging.Logger = "headway.audit", level: int = logging.INFO
+    ) -> None:
+        self.logger = logging.getLogger(logger) if isinstance(logger, str) else logger
+        self.level = level
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        if self.logger.isEnabledFor(self.level):
+            self.logger.log(self.level, json.dumps(record, default=str, sort_keys=True))
+
+
+class SQLiteAuditSink:
+    """The ``headway_audit`` table in a SQLite file (the store's file, or another)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        self._lock = threading.Lock()
+        self._conn = sqlite3.connect(
+            self.path, check_same_thread=False, isolation_level=None, timeout=10
+        )
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute(
+            "CREATE TABLE IF NOT EXISTS headway_audit (id INTEGER PRIMARY KEY AUTOINCREMENT, "
+            "session TEXT NOT NULL, step INTEGER, tool TEXT, status TEXT, record TEXT NOT NULL)"
+        )
+        self._conn.execute(
+            "CREATE INDEX IF NOT EXISTS headway_audit_session ON headway_audit (session, id)"
+        )
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        with self._lock:
+            self._conn.execute(
+                "INSERT INTO headway_audit (session, step, tool, status, record) VALUES (?, ?, ?, ?, ?)",
+                (
+                    str(record.get("session")),
+                    record.get("step"),
+                    record.get("tool"),
+                    record.get("status"),
+                    json.dumps(record, default=str, sort_keys=True),
+                ),
+            )
+
+    def records(self, session_id: str) -> list[dict[str, Any]]:
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT record FROM headway_audit WHERE session = ? ORDER BY id", (session_id,)
+            ).fetchall()
+        return [json.loads(r[0]) for r in rows]
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()

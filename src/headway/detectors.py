@@ -1,0 +1,395 @@
+"""Signals and progress marks (semantics §3, §4.1, §4.2): detection collects, decisions
+follow from progress, never from a repeat count alone.
+
+``Monitor`` is one session's I/O-free state over a bounded window. The pipeline asks it
+twice per call: ``before()`` (should this call be corrected instead of run?) and
+``after()`` (mark the step, collect signals, escalate, stop). Both cost O(window) at
+most, whatever the length of the run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, Protocol
+
+from ._spec import ToolSpec
+from .outcome import Status, render
+from .similarity import SHORT, Normalizer, could_be_similar, jaccard, normalize, shingles
+
+Mark = Literal["progress", "no_progress", "waiting", "neutral"]
+_KEEP = 8192  # characters of a result kept per step
+_NEUTRAL = (Status.ERROR, Status.FALLBACK, Status.UNKNOWN, Status.REPLAYED)
+
+
+@dataclasses.dataclass(slots=True)
+class Observation:
+    """One step as the detectors see it."""
+
+    index: int
+    tool: str
+    key: str  # tool + canonical arguments (ignore_fields removed)
+    args_digest: str
+    effect: str
+    status: Status
+    text: str | None = None  # the result (or error) as text, for corrections
+    norm: str | None = None  # normalised result text
+    error: str | None = None  # error fingerprint
+    mark: Mark = "neutral"
+    duplicate: bool = False  # the result repeats one already in the window
+    unchanged: bool = False  # the result equals that of the previous identical call
+    _shingles: frozenset[str] | None = None
+
+    def grams(self) -> frozenset[str]:
+        if self._shingles is None:
+            self._shingles = shingles(self.norm or "")
+        return self._shingles
+
+
+class Detector(Protocol):
+    """A pluggable signal. Return a dict of signal values, or None; ``{"duplicate": True}``
+    makes the step's result count as a repeat (an embedding similarity, say)."""
+
+    name: str
+
+    def observe(
+        self, step: Observation, window: Sequence[Observation]
+    ) -> Mapping[str, Any] | None: ...
+
+
+@dataclasses.dataclass(slots=True)
+class Verdict:
+    """What ``after()`` decided for a step."""
+
+    mark: Mark
+    signals: dict[str, Any]
+    correction: str | None = None
+    stop: dict[str, Any] | None = None
+    stop_kind: Literal["loop", "budget"] | None = None
+
+
+class Monitor:
+    __slots__ = (
+        "_errors",
+        "_last_of_key",
+        "_last_value",
+        "_polls",
+        "detectors",
+        "last_progress_step",
+        "limit",
+        "no_progress_run",
+        "normalizers",
+        "repeat",
+        "repeat_key",
+        "threshold",
+        "window",
+    )
+
+    def __init__(
+        self,
+        *,
+        limit: int,
+        window: int,
+        normalizers: Sequence[Normalizer],
+        threshold: float = 0.75,
+        detectors: Sequence[Detector] = (),
+    ) -> None:
+        self.limit = limit
+        self.window: deque[Observation] = deque(maxlen=window)
+        self.normalizers = tuple(normalizers)
+        self.threshold = threshold
+        self.detectors = tuple(detectors)
+        self.repeat_key = ""
+        self.repeat = 0  # consecutive calls with repeat_key
+        self.no_progress_run = 0
+        self.last_progress_step: int | None = None
+        self._last_of_key: dict[str, Observation] = {}
+        self._last_value: dict[str, Any] = {}  # tool -> last successful result
+        self._errors: dict[str, tuple[str, int]] = {}  # tool -> (fingerprint, run length)
+        self._polls: dict[str, tuple[int, float]] = {}  # key -> (unchanged polls, since)
+
+    def user_turn(self) -> None:
+        """A new user request: repeat and no-progress counters start again."""
+        self.repeat_key = ""
+        self.repeat = 0
+        self.no_progress_run = 0
+        self._errors.clear()
+        self._polls.clear()
+        self.window.clear()
+        self._last_of_key.clear()
+
+    # -- before a call -------------------------------------------------------------
+
+    def before(self, spec: ToolSpec, key: str, effect: str) -> str | None:
+        """A correction text when this call should not run (read repeat or cycle)."""
+        if spec.poll:
+            return None
+        prev = self._last_of_key.get(key)
+        repeat = self.repeat + 1 if key == self.repeat_key else 1
+        if effect == "read" and repeat >= 3 and prev is not None and prev.unchanged:
+            return (
+                f"headway: you called {spec.name} {repeat} times with identical arguments and the "
+                "result did not change; do not call it again with these arguments: use the "
+                "result, change the arguments or the tool, or finish." + _last(prev)
+            )
+        cycle = self._cycle(key)
+        if cycle is not None:
+            period, _start = cycle
+            recent = list(self.window)[-(2 * period - 1) :]
+            if all(o.mark != "progress" for o in recent):
+                tools = ", ".join(o.tool for o in list(self.window)[-period:])
+                return (
+                    f"headway: you are repeating the same {period} calls ({tools}) in a cycle "
+                    "and their results did not change; going round again will not help: use "
+                    "the results you have, try a different approach, or finish." + _last(prev)
+                )
+        return None
+
+    def _cycle(self, key: str) -> tuple[int, int] | None:
+        """(period, start step) when ``key`` continues a cycle of 3+ full rounds."""
+        keys = [o.key for o in self.window] + [key]
+        n = len(keys)
+        for p in range(2, 6):
+            if n < 3 * p or len(set(keys[-p:])) == 1:
+                continue
+            if all(keys[i] == keys[i - p] for i in range(n - 2 * p, n)):
+                start = n - 3 * p
+                while start > 0 and keys[start - 1] == keys[start - 1 + p]:
+                    start -= 1
+                steps = list(self.window)
+                first = steps[start].index if start < len(steps) else -1
+                return p, first
+        return None
+
+    # -- after a call --------------------------------------------------------------
+
+    def after(
+        self,
+        spec: ToolSpec,
+        step: Observation,
+        value: Any,
+        *,
+        now: float,
+        session_limit: int,
+    ) -> Verdict:
+        """Mark the step, update the window and decide escalation or a stop."""
+        signals: dict[str, Any] = {}
+        prev = self._last_of_key.get(step.key)
+        # repeat and cycle signals
+        if step.key == self.repeat_key:
+            self.repeat += 1
+        else:
+            self.repeat_key, self.repeat = step.key, 1
+        if self.repeat > 1:
+            signals["repeat"] = self.repeat
+        cycle = self._cycle(step.key)
+        if cycle is not None:
+            signals["cycle"] = {"period": cycle[0], "start": cycle[1]}
+        # result signals
+        if step.norm is not None:
+            step.unchanged = prev is not None and prev.norm is not None and self._near(step, prev)
+            step.duplicate, same_args = self._seen(step)
+            if step.duplicate:
+                signals["near_duplicate" if not same_args else "same_result"] = True
+        for det in self.detectors:
+            extra = det.observe(step, self.window)
+            if extra:
+                signals[det.name] = dict(extra)
+                step.duplicate = step.duplicate or bool(extra.get("duplicate"))
+        # progress mark (§4.1)
+        correction: str | None = None
+        status = step.status
+        if status in (Status.CACHED, Status.CORRECTED):
+            step.mark = "no_progress"
+            step.duplicate = step.unchanged = True
+        elif status is Status.ERROR:
+            fp, run = self._errors.get(step.tool, ("", 0))
+            run = run + 1 if fp == step.error else 1
+            self._errors[step.tool] = (step.error or "", run)
+            if run >= 2:
+                step.mark = "no_progress"
+                signals["repeated_error"] = run
+            if run >= 3:
+                correction = (
+                    f"headway: {step.tool} failed {run} times in a row with the same error: "
+                    f"{(step.text or '')[:500]!r}. The same approach will fail again: change the "
+                    "arguments, use another tool, or report the problem."
+                )
+        elif status in _NEUTRAL:
+            step.mark = "neutral"
+        else:
+            self._errors.pop(step.tool, None)
+            step.mark = self._progress_mark(spec, step, prev, value)
+            if status is Status.EXECUTED:
+                self._last_value[step.tool] = value
+        # counters
+        stop: dict[str, Any] | None = None
+        stop_kind: Literal["loop", "budget"] | None = None
+        if step.mark == "progress":
+            self.no_progress_run = 0
+            self.last_progress_step = step.index
+            self._polls.pop(step.key, None)
+        elif step.mark == "no_progress":
+            self.no_progress_run += 1
+        if spec.poll and status is Status.EXECUTED:
+            stop = self._poll_budget(spec, step, now)
+            stop_kind = "budget" if stop else None
+        self._push(step)
+        limit = spec.no_progress_limit or session_limit
+        run = self.no_progress_run
+        if step.mark == "no_progress" and stop is None:
+            if run >= limit:
+                stop, stop_kind = self._loop_diagnostic(limit, signals), "loop"
+                correction = correction or (
+                    f"headway: no progress in the last {run} steps; this run is being stopped."
+                )
+            elif (
+                run >= max(1, limit // 2) and correction is None and status is not Status.CORRECTED
+            ):
+                correction = (
+                    f"headway: no progress in the last {run} steps (the results repeat what you "
+                    f"already have). Change your approach or finish; at {limit} steps without "
+                    "progress this run is stopped."
+                )
+        return Verdict(step.mark, signals, correction, stop, stop_kind)
+
+    def _progress_mark(
+        self, spec: ToolSpec, step: Observation, prev: Observation | None, value: Any
+    ) -> Mark:
+        if spec.poll:
+            if prev is not None and prev.norm is not None and self._near(step, prev):
+                return "waiting"
+            return "progress"
+        if spec.progress is not None and step.tool in self._last_value:
+            try:
+                return (
+                    "progress"
+                    if spec.progress(self._last_value[step.tool], value)
+                    else "no_progress"
+                )
+            except Exception:
+                return "neutral"
+        if spec.progress_fields and step.tool in self._last_value:
+            old = self._last_value[step.tool]
+            if isinstance(old, Mapping) and isinstance(value, Mapping):
+                changed = any(old.get(f) != value.get(f) for f in spec.progress_fields)
+                return "progress" if changed else "no_progress"
+        if step.effect == "write":
+            # a write with new arguments moved the world, whatever it returned
+            if (
+                prev is not None
+                and prev.effect == "write"
+                and prev.norm is not None
+                and self._near(step, prev)
+            ):
+                return "no_progress"
+            return "progress"
+        return "no_progress" if step.duplicate else "progress"
+
+    def _poll_budget(self, spec: ToolSpec, step: Observation, now: float) -> dict[str, Any] | None:
+        polls, since = self._polls.get(step.key, (0, now))
+        polls += 1
+        self._polls[step.key] = (polls, since)
+        for kind, limit, used in (
+            ("max_polls", spec.max_polls, polls),
+            ("max_wait_s", spec.max_wait_s, round(now - since, 3)),
+        ):
+            if limit is not None and used >= limit:
+                return {
+                    "terminated_by": "budget",
+                    "budget_type": kind,
+                    "limit": limit,
+                    "consumed": used,
+                    "last_progress_step": self.last_progress_step,
+                    "hint": f"{spec.name} kept reporting the same status; its {kind} budget is used up.",
+                }
+        return None
+
+    def _seen(self, step: Observation) -> tuple[bool, bool]:
+        """(the result repeats one in the window, that earlier result had the same args)."""
+        hit: Observation | None = None
+        for o in reversed(self.window):
+            if o.norm is not None and o.tool == step.tool and self._near(step, o):
+                hit = o
+                break
+        if hit is None:
+            for o in self.window:
+                if o.norm == step.norm:
+                    hit = o
+                    break
+        return (hit is not None, hit is not None and hit.key != step.key)
+
+    def _near(self, a: Observation, b: Observation) -> bool:
+        na, nb = a.norm or "", b.norm or ""
+        if na == nb:
+            return True
+        if len(na) < SHORT or len(nb) < SHORT:
+            return False
+        if not could_be_similar(len(na), len(nb), self.threshold):
+            return False
+        return jaccard(a.grams(), b.grams()) >= self.threshold
+
+    def _push(self, step: Observation) -> None:
+        if len(self.window) == self.window.maxlen:
+            old = self.window[0]
+            if self._last_of_key.get(old.key) is old:
+                del self._last_of_key[old.key]
+        self.window.append(step)
+        if step.status is not Status.CORRECTED or step.key not in self._last_of_key:
+            self._last_of_key[step.key] = step
+        else:
+            self._last_of_key[step.key].unchanged = True
+
+    def _loop_diagnostic(self, limit: int, signals: Mapping[str, Any]) -> dict[str, Any]:
+        recent = list(self.window)[-limit:]
+        signal = next(
+            (
+                s
+                for s in ("cycle", "repeat", "repeated_error", "same_result", "near_duplicate")
+                if s in signals
+            ),
+            "no_progress",
+        )
+        return {
+            "terminated_by": "no_progress",
+            "signal": signal,
+            "limit": limit,
+            "consumed": self.no_progress_run,
+            "last_progress_step": self.last_progress_step,
+            "last_k_steps": [
+                {"step": o.index, "tool": o.tool, "args_digest": o.args_digest, "mark": o.mark}
+                for o in recent
+            ],
+            "suggestion": "Inspect the recent results and choose a different strategy.",
+        }
+
+    def observation(
+        self,
+        index: int,
+        tool: str,
+        key: str,
+        args_digest: str,
+        effect: str,
+        status: Status,
+        text: str | None,
+        error: str | None = None,
+    ) -> Observation:
+        """A step to pass to ``after()``; stored texts are capped so memory stays bounded."""
+        norm = None
+        if text is not None and error is None:
+            norm = normalize(text, self.normalizers)
+            if len(norm) > _KEEP:
+                # head and tail for similarity, a digest so that equality stays exact
+                full = hashlib.sha256(norm.encode("utf-8", "surrogatepass")).hexdigest()
+                norm = norm[: _KEEP // 2] + "\x00" + full + norm[-_KEEP // 2 :]
+        if text is not None and len(text) > _KEEP:
+            text = text[:_KEEP]
+        return Observation(index, tool, key, args_digest, effect, status, text, norm, error)
+
+
+def _last(prev: Observation | None) -> str:
+    if prev is None or prev.text is None:
+        return ""
+    return "\nLast result: " + render(prev.text, 1500)

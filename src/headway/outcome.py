@@ -1,0 +1,102 @@
+"""Outcomes (semantics §2): every call returns one; ``to_model()`` is what the model reads."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+from typing import Any
+
+
+class Status(enum.StrEnum):
+    EXECUTED = "executed"
+    CACHED = "cached"
+    REPLAYED = "replayed"
+    CORRECTED = "corrected"
+    UNKNOWN = "unknown"
+    FALLBACK = "fallback"
+    ERROR = "error"
+
+
+def render(value: Any, limit: int = 4000) -> str:
+    """A result as text for the model: strings as they are, anything else as JSON."""
+    if isinstance(value, str):
+        text = value
+    else:
+        try:
+            text = json.dumps(value, ensure_ascii=False, default=str)
+        except (TypeError, ValueError):
+            text = repr(value)
+    if len(text) > limit:
+        text = text[:limit] + f"... [{len(text) - limit} more characters]"
+    return text
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Outcome:
+    """What one call produced. ``value`` is None for CORRECTED, UNKNOWN and ERROR."""
+
+    status: Status
+    tool: str
+    value: Any = None
+    executed: bool = False
+    error: dict[str, Any] | None = None
+    correction: str | None = None
+    reconcile_key: str | None = None
+    step: int = -1
+    attempts: int = 0
+
+    @property
+    def ok(self) -> bool:
+        """True when ``value`` holds a usable result."""
+        return self.status in (Status.EXECUTED, Status.CACHED, Status.REPLAYED, Status.FALLBACK)
+
+    def to_model(self) -> str:
+        """Text the model can act on."""
+        s = self.status
+        if s is Status.EXECUTED:
+            text = render(self.value)
+        elif s is Status.CACHED:
+            text = (
+                render(self.value)
+                + "\n[headway: stored result of an identical earlier call; the tool was not run again]"
+            )
+        elif s is Status.REPLAYED:
+            text = (
+                render(self.value)
+                + "\n[headway: this operation already completed; this is its stored result, "
+                "it was not performed again]"
+            )
+        elif s is Status.FALLBACK:
+            text = (
+                render(self.value)
+                + f"\n[headway: degraded result: {self.tool} is unavailable, this is its fallback]"
+            )
+        elif s is Status.UNKNOWN:
+            text = (
+                f"The outcome of {self.tool} is unknown (it may or may not have taken effect); "
+                f"headway is reconciling it (reconcile key {self.reconcile_key}). "
+                "Do not repeat this call; continue with other work or check its effect."
+            )
+        elif s is Status.CORRECTED:
+            return self.correction or f"headway: {self.tool} was not run."
+        else:
+            err = self.error or {}
+            retry = (
+                "Retrying may help."
+                if err.get("retryable")
+                else "Retrying the same call will not help."
+            )
+            text = f"Error from {self.tool} [{err.get('code', 'error')}]: {err.get('message', '')}. {retry}"
+            if err.get("hint"):
+                text += f" {err['hint']}"
+        if self.correction:
+            text += "\n" + self.correction
+        return text
+
+
+def error_info(
+    code: str, message: str, *, retryable: bool, hint: str = "", **extra: Any
+) -> dict[str, Any]:
+    """A structured error: the four fields every ERROR carries, plus any extras."""
+    return {"code": code, "retryable": retryable, "message": message, "hint": hint, **extra}

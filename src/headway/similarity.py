@@ -1,0 +1,57 @@
+"""Near-duplicate results (semantics §3): normalise, then 5-gram Jaccard."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+
+Normalizer = Callable[[str], str]
+
+_VOLATILE = re.compile(
+    r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?"  # timestamps
+    r"|\b\d{1,2}:\d{2}:\d{2}(?:\.\d+)?\b"  # clock times with seconds
+    r"|\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"  # UUIDs
+    r"|\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{16,}\b"  # long hex ids and hashes
+)
+_WRAPPERS = re.compile(r"</?(?:returncode|output|stdout|stderr|warning)>")
+
+
+def strip_volatile(text: str) -> str:
+    """Replace timestamps, clock times, UUIDs and long hex ids by placeholders."""
+    return _VOLATILE.sub("#", text)
+
+
+def strip_wrappers(text: str) -> str:
+    """Drop fixed wrappers such as ``<returncode>`` that make every output look alike."""
+    return _WRAPPERS.sub("", text)
+
+
+DEFAULT_NORMALIZERS: tuple[Normalizer, ...] = (strip_wrappers, strip_volatile)
+SHORT = 64  # results shorter than this (after normalisation) compare exactly
+_CAP = 2048  # head and tail kept for shingling: similarity cost is bounded per result
+
+
+def normalize(text: str, normalizers: Sequence[Normalizer]) -> str:
+    for fn in normalizers:
+        text = fn(text)
+    return " ".join(text.split())
+
+
+def shingles(text: str) -> frozenset[str]:
+    """Character 5-grams of the (capped) text."""
+    if len(text) > 2 * _CAP:
+        text = text[:_CAP] + "\x00" + text[-_CAP:]
+    return frozenset([text[i : i + 5] for i in range(max(1, len(text) - 4))])
+
+
+def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    if not a and not b:
+        return 1.0
+    inter = len(a & b)
+    return inter / (len(a) + len(b) - inter)
+
+
+def could_be_similar(len_a: int, len_b: int, threshold: float) -> bool:
+    """Cheap pre-filter: shingle sets of very different sizes cannot reach the threshold."""
+    small, large = sorted((len_a, len_b))
+    return large == 0 or small / large >= threshold

@@ -1,0 +1,78 @@
+"""An in-process store: the default, and the reference for the contract suite."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from ._base import dumps, loads
+
+
+class MemoryStore:
+    """A dict behind a lock, holding JSON text (so served values are never aliased).
+
+    Bounded: past ``max_entries`` the oldest entries are dropped. Not shared between
+    processes: use ``SQLiteStore`` for that.
+    """
+
+    blocking = False
+
+    def __init__(self, *, max_entries: int = 100_000) -> None:
+        self._data: dict[str, tuple[str, float | None]] = {}
+        self._lock = threading.Lock()
+        self.max_entries = max_entries
+
+    def _live(self, key: str, now: float) -> str | None:
+        item = self._data.get(key)
+        if item is None:
+            return None
+        if item[1] is not None and item[1] <= now:
+            del self._data[key]
+            return None
+        return item[0]
+
+    def _put(self, key: str, text: str, ttl_s: float | None, now: float) -> None:
+        self._data.pop(key, None)
+        self._data[key] = (text, None if ttl_s is None else now + ttl_s)
+        if len(self._data) > self.max_entries:
+            for old in list(self._data)[: len(self._data) - self.max_entries]:
+                del self._data[old]
+
+    def get(self, key: str) -> Any | None:
+        with self._lock:
+            return loads(self._live(key, time.monotonic()))
+
+    def set(self, key: str, value: Any, ttl_s: float | None = None) -> None:
+        text = dumps(value)
+        with self._lock:
+            self._put(key, text, ttl_s, time.monotonic())
+
+    def add(self, key: str, value: Any, ttl_s: float | None = None) -> bool:
+        text = dumps(value)
+        with self._lock:
+            now = time.monotonic()
+            if self._live(key, now) is not None:
+                return False
+            self._put(key, text, ttl_s, now)
+            return True
+
+    def swap(self, key: str, expected: Any, value: Any | None, ttl_s: float | None = None) -> bool:
+        old, new = dumps(expected), None if value is None else dumps(value)
+        with self._lock:
+            now = time.monotonic()
+            if self._live(key, now) != old:
+                return False
+            if new is None:
+                del self._data[key]
+            else:
+                self._put(key, new, ttl_s, now)
+            return True
+
+    def delete(self, key: str) -> None:
+        with self._lock:
+            self._data.pop(key, None)
+
+    def close(self) -> None:
+        with self._lock:
+            self._data.clear()

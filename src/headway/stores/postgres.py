@@ -1,0 +1,124 @@
+"""A store in PostgreSQL (psycopg 3 with a connection pool): several machines.
+
+One table; the claim is a single ``INSERT ... ON CONFLICT`` (which takes over only a row
+whose garbage-collection time has passed) and every transition is a single conditional
+``UPDATE`` or ``DELETE``: never check-then-insert.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ..errors import StoreError
+from ._base import dumps, loads
+
+try:
+    import psycopg
+    from psycopg_pool import ConnectionPool
+except ImportError as exc:  # pragma: no cover - exercised without the extra
+    raise ImportError("PostgresStore needs psycopg: pip install 'headway[postgres]'") from exc
+
+_TABLE = "headway_kv"
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS {_TABLE} (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL,
+    gc_at DOUBLE PRECISION
+)
+"""
+_LIVE = "(gc_at IS NULL OR gc_at > %s)"
+
+
+class PostgresStore:
+    blocking = True
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        prefix: str = "",
+        min_size: int = 1,
+        max_size: int = 10,
+        timeout_s: float = 10.0,
+    ) -> None:
+        self.dsn = dsn
+        self.prefix = prefix
+        try:
+            self._pool = ConnectionPool(
+                dsn,
+                min_size=min_size,
+                max_size=max_size,
+                timeout=timeout_s,
+                open=True,
+                kwargs={"autocommit": True, "connect_timeout": max(1, int(timeout_s))},
+            )
+            with self._pool.connection() as conn, conn.transaction():
+                # one creator at a time: concurrent CREATE TABLE IF NOT EXISTS can collide
+                conn.execute("SELECT pg_advisory_xact_lock(727274)")
+                conn.execute(_SCHEMA)
+        except (psycopg.Error, OSError) as exc:
+            raise StoreError(f"PostgreSQL store: {type(exc).__name__}: {exc}") from exc
+        except Exception as exc:  # the pool's own timeout error
+            raise StoreError(f"PostgreSQL store: {type(exc).__name__}: {exc}") from exc
+
+    def _run(self, sql: str, params: tuple[Any, ...]) -> tuple[int, Any]:
+        try:
+            with self._pool.connection() as conn:
+                cur = conn.execute(sql, params)
+                row = cur.fetchone() if cur.description is not None else None
+                return cur.rowcount, row
+        except Exception as exc:
+            raise StoreError(f"PostgreSQL store: {type(exc).__name__}: {exc}") from exc
+
+    @staticmethod
+    def _gc(ttl_s: float | None) -> float | None:
+        return None if ttl_s is None else time.time() + ttl_s
+
+    def get(self, key: str) -> Any | None:
+        _, row = self._run(
+            f"SELECT value FROM {_TABLE} WHERE key = %s AND {_LIVE}",
+            (self.prefix + key, time.time()),
+        )
+        return loads(row[0]) if row else None
+
+    def set(self, key: str, value: Any, ttl_s: float | None = None) -> None:
+        self._run(
+            f"INSERT INTO {_TABLE} (key, value, gc_at) VALUES (%s, %s, %s) "
+            "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, gc_at = EXCLUDED.gc_at",
+            (self.prefix + key, dumps(value), self._gc(ttl_s)),
+        )
+
+    def add(self, key: str, value: Any, ttl_s: float | None = None) -> bool:
+        count, _ = self._run(
+            f"INSERT INTO {_TABLE} (key, value, gc_at) VALUES (%s, %s, %s) "
+            f"ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, gc_at = EXCLUDED.gc_at "
+            f"WHERE {_TABLE}.gc_at IS NOT NULL AND {_TABLE}.gc_at <= %s",
+            (self.prefix + key, dumps(value), self._gc(ttl_s), time.time()),
+        )
+        return count == 1
+
+    def swap(self, key: str, expected: Any, value: Any | None, ttl_s: float | None = None) -> bool:
+        if value is None:
+            count, _ = self._run(
+                f"DELETE FROM {_TABLE} WHERE key = %s AND value = %s AND {_LIVE}",
+                (self.prefix + key, dumps(expected), time.time()),
+            )
+        else:
+            count, _ = self._run(
+                f"UPDATE {_TABLE} SET value = %s, gc_at = %s WHERE key = %s AND value = %s AND {_LIVE}",
+                (dumps(value), self._gc(ttl_s), self.prefix + key, dumps(expected), time.time()),
+            )
+        return count == 1
+
+    def delete(self, key: str) -> None:
+        self._run(f"DELETE FROM {_TABLE} WHERE key = %s", (self.prefix + key,))
+
+    def purge(self) -> int:
+        count, _ = self._run(
+            f"DELETE FROM {_TABLE} WHERE gc_at IS NOT NULL AND gc_at <= %s", (time.time(),)
+        )
+        return count
+
+    def close(self) -> None:
+        self._pool.close()

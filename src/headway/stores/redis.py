@@ -1,0 +1,96 @@
+"""A store in Redis (redis-py): shared by processes on several machines.
+
+The claim is ``SET NX PX``; compare-and-set is a one-key Lua script (``GET`` compared with
+the expected JSON, then ``SET`` or ``DEL``), so every operation touches one key and is
+Cluster-safe. headway's own keys put the session or tool in a ``{hash tag}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import StoreError
+from ._base import dumps, loads
+
+try:
+    import redis as _redis
+except ImportError as exc:  # pragma: no cover - exercised without the extra
+    raise ImportError("RedisStore needs redis-py: pip install 'headway[redis]'") from exc
+
+_SWAP = """
+local current = redis.call('GET', KEYS[1])
+if current ~= ARGV[1] then return 0 end
+if ARGV[2] == '' then redis.call('DEL', KEYS[1])
+elseif ARGV[3] == '' then redis.call('SET', KEYS[1], ARGV[2])
+else redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) end
+return 1
+"""
+
+
+def _px(ttl_s: float | None) -> int | None:
+    return None if ttl_s is None else max(1, int(ttl_s * 1000))
+
+
+class RedisStore:
+    blocking = True
+
+    def __init__(
+        self,
+        url: str = "redis://127.0.0.1:6379/0",
+        *,
+        prefix: str = "headway:",
+        timeout_s: float = 5.0,
+    ) -> None:
+        self.url = url
+        self.prefix = prefix
+        self._client = _redis.Redis.from_url(
+            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, decode_responses=True
+        )
+        self._swap = self._client.register_script(_SWAP)
+
+    def _k(self, key: str) -> str:
+        return self.prefix + key
+
+    def _fail(self, exc: Exception) -> StoreError:
+        return StoreError(f"Redis store {self.url}: {type(exc).__name__}: {exc}")
+
+    def get(self, key: str) -> Any | None:
+        try:
+            return loads(self._client.get(self._k(key)))
+        except _redis.RedisError as exc:
+            raise self._fail(exc) from exc
+
+    def set(self, key: str, value: Any, ttl_s: float | None = None) -> None:
+        text = dumps(value)
+        try:
+            self._client.set(self._k(key), text, px=_px(ttl_s))
+        except _redis.RedisError as exc:
+            raise self._fail(exc) from exc
+
+    def add(self, key: str, value: Any, ttl_s: float | None = None) -> bool:
+        text = dumps(value)
+        try:
+            return bool(self._client.set(self._k(key), text, px=_px(ttl_s), nx=True))
+        except _redis.RedisError as exc:
+            raise self._fail(exc) from exc
+
+    def swap(self, key: str, expected: Any, value: Any | None, ttl_s: float | None = None) -> bool:
+        new = "" if value is None else dumps(value)
+        px = _px(ttl_s)
+        try:
+            return bool(
+                self._swap(
+                    keys=[self._k(key)], args=[dumps(expected), new, "" if px is None else px]
+                )
+            )
+        except _redis.RedisError as exc:
+            raise self._fail(exc) from exc
+
+    def delete(self, key: str) -> None:
+        try:
+            self._client.delete(self._k(key))
+        except _redis.RedisError as exc:
+            raise self._fail(exc) from exc
+
+    def close(self) -> None:
+        self._client.close()

@@ -1,0 +1,79 @@
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import headway
+from headway.testing import FakeClock
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+REDIS_URL = os.environ.get("HEADWAY_TEST_REDIS", "redis://127.0.0.1:6379/15")
+POSTGRES_URL = os.environ.get("HEADWAY_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+def _unavailable(what: str, exc: Exception) -> None:
+    message = f"{what} is not reachable ({type(exc).__name__}: {exc})"
+    if IN_CI:
+        pytest.fail(f"{message}; in CI every server must be running")
+    pytest.skip(f"{message}; start it to run these tests")
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def gov(clock: FakeClock) -> headway.Governor:
+    return headway.Governor(clock=clock, sleep=clock.sleep)
+
+
+def redis_store() -> headway.Store:
+    try:
+        store = headway.open_store(REDIS_URL, prefix=f"t{uuid.uuid4().hex[:8]}:")
+        store.get("ping")
+    except ImportError:
+        raise
+    except Exception as exc:
+        _unavailable("Redis at " + REDIS_URL, exc)
+    return store
+
+
+def postgres_store() -> headway.Store:
+    try:
+        store = headway.open_store(POSTGRES_URL, prefix=f"t{uuid.uuid4().hex[:8]}:")
+        store.get("ping")
+    except ImportError:
+        raise
+    except Exception as exc:
+        _unavailable("PostgreSQL at " + POSTGRES_URL, exc)
+    return store
+
+
+STORE_KINDS = [
+    "memory",
+    "sqlite",
+    pytest.param("redis", marks=pytest.mark.redis),
+    pytest.param("postgres", marks=pytest.mark.postgres),
+]
+
+
+def make_store(kind: str, tmp_path: Path) -> headway.Store:
+    if kind == "memory":
+        return headway.MemoryStore()
+    if kind == "sqlite":
+        return headway.SQLiteStore(str(tmp_path / "store.db"))
+    if kind == "redis":
+        return redis_store()
+    return postgres_store()
+
+
+@pytest.fixture(params=STORE_KINDS)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[headway.Store]:
+    s = make_store(request.param, tmp_path)
+    yield s
+    s.close()

@@ -1,0 +1,122 @@
+"""Bad input gets a clear error and loses nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import headway
+from headway.testing import ScriptedTool
+
+
+class Weird(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("str() itself fails")
+
+
+def test_malformed_arguments_raise_argument_error_and_count_nothing(gov: headway.Governor) -> None:
+    tool = ScriptedTool(["ok"])
+    gov.register("t", tool, effect="read")
+    s = gov.session("r", budgets=headway.Budgets(tool_calls=1))
+    for bad in (["not", "a", "dict"], "text", 42):
+        with pytest.raises(headway.ArgumentError, match="mapping"):
+            s.call("t", bad)  # type: ignore[arg-type]
+    with pytest.raises(headway.ArgumentError) as info:
+        s.call("t", {"when": object()})
+    assert info.value.path == "args.when"
+    # nothing ran and nothing was consumed: the one allowed call still works
+    assert tool.count == 0 and s.call("t", {"a": 1}).status is headway.Status.EXECUTED
+
+
+def test_non_json_values_are_canonicalised_and_passed_through(gov: headway.Governor) -> None:
+    import datetime as dt
+
+    seen: list[Any] = []
+    gov.register("t", lambda **kw: seen.append(kw) or "ok", effect="read", deterministic=True)
+    s = gov.session("r")
+    args = {"day": dt.date(2024, 1, 1), "ids": {3, 1}, "raw": b"\x00"}
+    assert s.call("t", args).status is headway.Status.EXECUTED
+    assert s.call("t", dict(reversed(list(args.items())))).status is headway.Status.CACHED
+    assert seen == [args]  # the tool got the original values
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        ValueError("v"),
+        KeyError("k"),
+        RuntimeError("r"),
+        Weird(),
+        AssertionError(),
+        OSError(5, "io"),
+    ],
+)
+def test_a_tool_that_raises_anything_becomes_an_error_outcome(
+    gov: headway.Governor, exc: Exception
+) -> None:
+    gov.register("t", ScriptedTool([exc]), effect="read")
+    out = gov.session("r").call("t", {})
+    assert out.status is headway.Status.ERROR and out.error is not None
+    assert out.error["code"] in ("tool_error", "invalid_arguments") and isinstance(
+        out.to_model(), str
+    )
+
+
+def test_keyboard_interrupt_is_not_swallowed(gov: headway.Governor) -> None:
+    gov.register("t", ScriptedTool([KeyboardInterrupt()]), effect="read")
+    with pytest.raises(KeyboardInterrupt):
+        gov.session("r").call("t", {})
+
+
+def test_huge_payloads_work_and_are_not_cached(gov: headway.Governor) -> None:
+    big = "x" * 5_000_000
+    gov.register(
+        "t", ScriptedTool([lambda blob: blob[:10] + big]), effect="read", deterministic=True
+    )
+    s = gov.session("r")
+    out = s.call("t", {"blob": big})
+    assert out.status is headway.Status.EXECUTED and len(out.value) == 5_000_010
+    assert s.call("t", {"blob": big}).status is headway.Status.EXECUTED  # too large to cache
+    record = gov.audit_records("r")[0]
+    assert record["result_size"] == 5_000_010 and len(record["args"]["blob"]) < 300
+
+
+def test_non_json_result_is_returned_and_not_cached(gov: headway.Governor) -> None:
+    marker = object()
+    gov.register("t", ScriptedTool([marker]), effect="read", deterministic=True)
+    s = gov.session("r")
+    assert s.call("t", {}).value is marker
+    assert s.call("t", {}).value is marker
+    assert any("store_error" in f or "not_cached" in f for f in gov.audit_records("r")[0]["flags"])
+
+
+class BrokenStore(headway.MemoryStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = False
+
+    def get(self, key: str) -> Any:
+        if self.down:
+            raise headway.StoreError("connection refused")
+        return super().get(key)
+
+    def set(self, key: str, value: Any, ttl_s: float | None = None) -> None:
+        if self.down:
+            raise headway.StoreError("connection refused")
+        super().set(key, value, ttl_s)
+
+
+def test_store_that_goes_away_mid_run_fails_open_for_reads() -> None:
+    store = BrokenStore()
+    gov = headway.Governor(store=store)
+    tool = ScriptedTool([lambda q: f"result {q} {tool.count}"])
+    gov.register("search", tool, effect="read", deterministic=True)
+    s = gov.session("r")
+    s.call("search", {"q": 1})
+    store.down = True
+    out = s.call("search", {"q": 2})
+    assert out.status is headway.Status.EXECUTED
+    assert any(f.startswith("store_error") for f in gov.audit_records("r")[-1]["flags"])
+    store.down = False
+    assert s.call("search", {"q": 1}).status is headway.Status.CACHED

@@ -1,0 +1,262 @@
+"""Read dedup by quadrant (semantics §1): exact, TTL, version, scope, invalidation."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+
+import headway
+from headway.testing import FakeClock, ScriptedTool
+
+
+def counting(result: Any = "r") -> tuple[ScriptedTool, dict[str, int]]:
+    tool = ScriptedTool([lambda **kw: {"echo": kw, "result": result}])
+    return tool, {}
+
+
+def test_exact_read_called_three_times_runs_once(gov: headway.Governor) -> None:
+    tool = ScriptedTool([{"name": "Apple"}])
+    gov.register("overview", tool, effect="read", deterministic=True)
+    with gov.session("r1") as s:
+        outs = [s.call("overview", {"ticker": "AAPL"}) for _ in range(3)]
+    assert tool.count == 1
+    assert outs[0].status is headway.Status.EXECUTED and outs[0].executed
+    assert outs[1].status is headway.Status.CACHED and not outs[1].executed
+    assert outs[1].value == {"name": "Apple"}
+    assert outs[2].status in (headway.Status.CACHED, headway.Status.CORRECTED)
+
+
+def test_non_consecutive_repeats_are_served_from_cache(gov: headway.Governor) -> None:
+    tool = ScriptedTool([{"name": "Apple"}])
+    gov.register("overview", tool, effect="read", deterministic=True)
+    gov.register("other", ScriptedTool([lambda i: f"page {i}"]), effect="read")
+    with gov.session("r1") as s:
+        for i in range(5):
+            assert s.call("overview", {"ticker": "AAPL"}).status is (
+                headway.Status.EXECUTED if i == 0 else headway.Status.CACHED
+            )
+            s.call("other", {"i": i})
+    assert tool.count == 1
+
+
+def test_same_call_in_another_session_runs_again(gov: headway.Governor) -> None:
+    tool = ScriptedTool(["v"])
+    gov.register("overview", tool, effect="read", deterministic=True)
+    gov.session("a").call("overview", {"t": 1})
+    out = gov.session("b").call("overview", {"t": 1})
+    assert out.status is headway.Status.EXECUTED
+    assert tool.count == 2
+
+
+def test_global_scope_is_shared_across_sessions(gov: headway.Governor) -> None:
+    tool = ScriptedTool(["v"])
+    gov.register("ref", tool, effect="read", deterministic=True, scope="global")
+    gov.session("a").call("ref", {"t": 1})
+    assert gov.session("b").call("ref", {"t": 1}).status is headway.Status.CACHED
+    assert tool.count == 1
+
+
+def test_ttl_read_reruns_after_its_ttl(gov: headway.Governor, clock: FakeClock) -> None:
+    prices = iter([100.0, 101.5, 99.0])
+    tool = ScriptedTool([lambda **_: next(prices)])
+    gov.register("price", tool, effect="read", ttl=5.0)
+    s = gov.session("r")
+    assert s.call("price", {"t": "AAPL"}).value == 100.0
+    clock.advance(4.9)
+    assert s.call("price", {"t": "AAPL"}).status is headway.Status.CACHED
+    clock.advance(0.2)
+    out = s.call("price", {"t": "AAPL"})
+    assert out.status is headway.Status.EXECUTED and out.value == 101.5
+    assert tool.count == 2
+
+
+def test_bumping_version_reruns(clock: FakeClock) -> None:
+    tool = ScriptedTool(["v1"])
+    gov = headway.Governor(clock=clock)
+    gov.register("doc", tool, effect="read", deterministic=True, version="1")
+    gov.session("r").call("doc", {"id": 1})
+    gov.register("doc", tool, effect="read", deterministic=True, version="2")
+    assert gov.session("r").call("doc", {"id": 1}).status is headway.Status.EXECUTED
+    assert tool.count == 2
+
+
+def test_unannotated_tool_is_a_non_idempotent_write(gov: headway.Governor) -> None:
+    spec = gov.register("mystery", ScriptedTool(["ok"]))
+    assert spec.effect == "write" and not spec.idempotent
+    assert spec.effect_for({}) == "write"
+
+
+def test_write_with_identical_arguments_runs_twice(gov: headway.Governor) -> None:
+    tool = ScriptedTool([lambda **kw: {"order": len(tool.calls)}])
+    gov.register("create_order", tool, effect="write")
+    s = gov.session("r")
+    a = s.call("create_order", {"sku": "X", "qty": 1})
+    b = s.call("create_order", {"sku": "X", "qty": 1})
+    assert (a.status, b.status) == (headway.Status.EXECUTED, headway.Status.EXECUTED)
+    assert tool.count == 2 and a.value != b.value
+
+
+def test_write_invalidates_the_sessions_read_cache(gov: headway.Governor) -> None:
+    reads = ScriptedTool([lambda **_: {"items": len(writes.calls)}])
+    writes = ScriptedTool(["ok"])
+    gov.register("list_cart", reads, effect="read", deterministic=True)
+    gov.register("add_to_cart", writes, effect="write")
+    s = gov.session("r")
+    assert s.call("list_cart", {}).value == {"items": 0}
+    s.call("add_to_cart", {"sku": "A"})
+    out = s.call("list_cart", {})
+    assert out.status is headway.Status.EXECUTED and out.value == {"items": 1}
+    other = gov.session("other")
+    other.call("list_cart", {})
+    assert reads.count == 3
+
+
+def test_invalidates_narrows_what_a_write_invalidates(gov: headway.Governor) -> None:
+    a, b = ScriptedTool(["a"]), ScriptedTool(["b"])
+    gov.register("read_a", a, effect="read", deterministic=True)
+    gov.register("read_b", b, effect="read", deterministic=True)
+    gov.register("write_a", ScriptedTool(["ok"]), effect="write", invalidates=["read_a"])
+    s = gov.session("r")
+    s.call("read_a", {}), s.call("read_b", {})
+    s.call("write_a", {})
+    assert s.call("read_a", {}).status is headway.Status.EXECUTED
+    assert s.call("read_b", {}).status is headway.Status.CACHED
+
+
+def test_errors_are_never_cached(gov: headway.Governor) -> None:
+    tool = ScriptedTool([ValueError("boom"), {"ok": True}])
+    gov.register("flaky", tool, effect="read", deterministic=True)
+    s = gov.session("r")
+    assert s.call("flaky", {}).status is headway.Status.ERROR
+    assert s.call("flaky", {}).status is headway.Status.EXECUTED
+    assert s.call("flaky", {}).status is headway.Status.CACHED
+
+
+def test_results_over_the_size_limit_are_not_cached(clock: FakeClock) -> None:
+    gov = headway.Governor(clock=clock, max_cached_bytes=100)
+    tool = ScriptedTool(["x" * 500])
+    gov.register("big", tool, effect="read", deterministic=True)
+    s = gov.session("r")
+    s.call("big", {})
+    assert s.call("big", {}).status is headway.Status.EXECUTED
+    assert "too_large_to_cache" in gov.audit_records("r")[0]["flags"]
+
+
+def test_served_results_are_copies(gov: headway.Governor) -> None:
+    gov.register("cfg", ScriptedTool([{"a": [1]}]), effect="read", deterministic=True)
+    s = gov.session("r")
+    s.call("cfg", {})
+    first = s.call("cfg", {}).value
+    first["a"].append(2)
+    gov.register("noop", ScriptedTool(["n"]), effect="read")
+    s.call("noop", {})
+    assert s.call("cfg", {}).value == {"a": [1]}
+
+
+def _slow_read(calls: list[int]) -> Any:
+    def fn(q: str) -> dict[str, str]:
+        calls.append(1)
+        time.sleep(0.2)
+        return {"q": q}
+
+    return fn
+
+
+def test_single_flight_across_20_threads() -> None:
+    calls: list[int] = []
+    gov = headway.Governor()
+    gov.register("search", _slow_read(calls), effect="read", deterministic=True)
+    barrier = threading.Barrier(20)
+    outs: list[headway.Outcome] = []
+
+    def worker(i: int) -> None:
+        s = gov.session(f"s{i % 1}")
+        barrier.wait()
+        outs.append(s.call("search", {"q": "x"}))
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1
+    assert len(outs) == 20 and all(o.value == {"q": "x"} for o in outs)
+    assert sum(o.executed for o in outs) == 1
+
+
+async def test_single_flight_across_20_tasks() -> None:
+    calls: list[int] = []
+    gov = headway.Governor()
+
+    async def search(q: str) -> dict[str, str]:
+        calls.append(1)
+        await asyncio.sleep(0.1)
+        return {"q": q}
+
+    gov.register("search", search, effect="read", deterministic=True)
+    s = gov.session("r")
+    outs = await asyncio.gather(*(s.acall("search", {"q": "x"}) for _ in range(20)))
+    assert len(calls) == 1
+    assert all(o.value == {"q": "x"} for o in outs)
+    records = gov.audit_records("r")
+    assert sum(r["decision"] == "coalesce" for r in records) == 19
+    # followers in one session are not further steps for the detectors
+    assert all(o.status is not headway.Status.CORRECTED for o in outs)
+
+
+async def test_sync_tool_through_acall_runs_in_a_thread(gov: headway.Governor) -> None:
+    seen: list[str] = []
+    gov.register("who", lambda: seen.append(threading.current_thread().name) or "ok", effect="read")
+    out = await gov.session("r").acall("who", {})
+    assert out.value == "ok" and seen and seen[0] != threading.main_thread().name
+
+
+def test_async_tool_through_call_works(gov: headway.Governor) -> None:
+    async def hello(name: str) -> str:
+        await asyncio.sleep(0)
+        return f"hi {name}"
+
+    gov.register("hello", hello, effect="read")
+    assert gov.session("r").call("hello", {"name": "a"}).value == "hi a"
+
+
+def test_mcp_annotations_map_to_specs(gov: headway.Governor) -> None:
+    fn = ScriptedTool(["x"])
+    assert gov.register(
+        "a", fn, annotations={"readOnlyHint": True, "openWorldHint": False}
+    ).deterministic
+    b = gov.register("b", fn, annotations={"read_only_hint": True})
+    assert b.effect == "read" and not b.cacheable()
+    c = gov.register("c", fn, annotations={"readOnlyHint": False, "idempotentHint": True})
+    assert c.effect == "write" and c.idempotent
+    d = gov.register("d", fn, annotations={"readOnlyHint": True}, ttl=10)
+    assert d.cacheable()
+    e = gov.register(
+        "e", fn, annotations={"readOnlyHint": True, "openWorldHint": False}, effect="write"
+    )
+    assert e.effect == "write"  # the operator wins over the server's hints
+
+
+def test_effect_function_routes_each_call(gov: headway.Governor) -> None:
+    shell = ScriptedTool([lambda cmd: f"ran {cmd}"])
+    gov.register(
+        "sh",
+        shell,
+        effect=lambda a: "read" if a["cmd"].startswith("cat") else "write",
+        deterministic=True,
+    )
+    s = gov.session("r")
+    s.call("sh", {"cmd": "cat f"})
+    assert s.call("sh", {"cmd": "cat f"}).status is headway.Status.CACHED
+    s.call("sh", {"cmd": "rm f"})
+    assert s.call("sh", {"cmd": "cat f"}).status is headway.Status.EXECUTED
+
+
+@pytest.mark.parametrize("bad", [{"effect": "delete"}, {"ttl": -1}, {"scope": "team"}, {"nope": 1}])
+def test_invalid_specs_are_config_errors(gov: headway.Governor, bad: dict[str, Any]) -> None:
+    with pytest.raises(headway.ConfigError):
+        gov.register("t", ScriptedTool(["x"]), **bad)
