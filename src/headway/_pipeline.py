@@ -22,7 +22,7 @@ from . import breaker as brk
 from ._canonical import canonical_json, digest
 from ._effects import Attempt, AttemptTimeout, Blocking, Plan, Sleep, Wait
 from ._spec import ToolSpec
-from .audit import redact
+from .audit import summarize
 from .budgets import diagnostic
 from .errors import ArgumentError, BudgetExceeded, LoopDetected, Stop
 from .outcome import Outcome, Status, error_info
@@ -49,6 +49,7 @@ class Call:
 
     spec: ToolSpec
     args: Mapping[str, Any]
+    canon: str
     args_digest: str
     key: str  # detector key: tool + arguments without ignored fields
     effect: str
@@ -70,6 +71,8 @@ class Call:
     breaker: str = "closed"
     flags: list[str] = dataclasses.field(default_factory=list)
     text: str | None = None  # the result as text (computed once)
+    result_digest: str | None = None
+    result_size: int | None = None
     known: bool = True  # False for a tool name that is not registered
 
 
@@ -94,7 +97,7 @@ def plan(
     step_id: str | None = None,
 ) -> Plan[Outcome]:
     check_stop(gov, st)
-    if not isinstance(args, Mapping):
+    if type(args) is not dict and not isinstance(args, Mapping):
         raise ArgumentError(
             f"arguments must be a mapping of names to values, not {type(args).__name__}"
         )
@@ -127,7 +130,7 @@ def _new_call(
 ) -> Call:
     args_digest = digest(canon)
     key = name + ":" + args_digest
-    ignored = gov.ignore_fields + (spec.ignore_fields if spec else ())
+    ignored = gov.ignore_fields + spec.ignore_fields if spec else gov.ignore_fields
     if ignored and any(f in args for f in ignored):
         key = (
             name + ":" + digest(canonical_json({k: v for k, v in args.items() if k not in ignored}))
@@ -136,13 +139,14 @@ def _new_call(
         return Call(
             ToolSpec(name=name, fn=_unknown),
             args,
+            canon,
             args_digest,
             key,
             "write",
             gov.clock(),
             known=False,
         )
-    return Call(spec, args, args_digest, key, spec.effect_for(args), gov.clock())
+    return Call(spec, args, canon, args_digest, key, spec.effect_for(args), gov.clock())
 
 
 def _unknown(**_: Any) -> None:
@@ -172,6 +176,7 @@ def _read(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
     if fresh is not None:
         if gov.enforce:
             c.status, c.value, c.cache_hit = Status.CACHED, fresh["v"], True
+            c.result_digest, c.result_size = fresh.get("d"), fresh.get("n")
             return
         c.would = c.would or "cache"
     if c.cache_key is None:
@@ -194,7 +199,8 @@ def _read(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
         if c.status is Status.EXECUTED:
             c.text = result_text(c.value)
             if len(c.text) <= gov.max_cached_bytes:
-                entry = {"v": c.value, "t": gov.clock()}
+                c.result_digest, c.result_size = digest(c.text), len(c.text)
+                entry = {"v": c.value, "t": gov.clock(), "d": c.result_digest, "n": c.result_size}
                 ok = yield from store_op(
                     gov, c, "set", c.cache_key, entry, spec.ttl or gov.cache_gc_s
                 )
@@ -241,8 +247,12 @@ def invalidate(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
 
 def store_op(gov: Governor, c: Call, op: str, *args: Any) -> Plan[Any]:
     """A store operation that fails open: None (and a flag in the audit) when the store fails."""
+    store = gov.store
     try:
-        result = yield Blocking(getattr(gov.store, op), args, gov.store.blocking)
+        if store.blocking:
+            result = yield Blocking(getattr(store, op), args)
+        else:  # an in-process store: no round trip through the driver
+            result = getattr(store, op)(*args)
     except Exception as exc:
         c.flags.append(f"store_error: {type(exc).__name__}: {exc}"[:300])
         return None
@@ -491,8 +501,9 @@ def settle(gov: Governor, st: SessionState, c: Call) -> Outcome:
         stop: Stop | None = None
         if c.known and not c.coalesced:
             text = c.error.get("message") if c.error else None
-            if c.status in (Status.EXECUTED, Status.CACHED, Status.REPLAYED, Status.FALLBACK):
+            if c.status in (Status.EXECUTED, Status.REPLAYED, Status.FALLBACK):
                 text = c.text if c.text is not None else result_text(c.value)
+                c.text = text
             obs = st.monitor.observation(
                 index, spec.name, c.key, c.args_digest[:16], c.effect, c.status, text, c.fingerprint
             )
@@ -548,11 +559,13 @@ def _record(
     last_progress: int | None,
 ) -> dict[str, Any]:
     text = c.text
-    if text is None and out.value is not None:
+    if c.result_digest is None and text is None and out.value is not None:
         text = result_text(out.value)
+    if c.result_digest is None and text is not None:
+        c.result_digest, c.result_size = digest(text), len(text)
     saved = 0
-    if c.status in (Status.CACHED, Status.REPLAYED, Status.CORRECTED) and text is not None:
-        saved = len(text) // 4
+    if c.status in (Status.CACHED, Status.REPLAYED, Status.CORRECTED):
+        saved = (c.result_size or 0) // 4
     return {
         "time": now,
         "agent": st.agent,
@@ -560,9 +573,9 @@ def _record(
         "step": out.step,
         "tool": out.tool,
         "args_digest": c.args_digest,
-        "args": redact(c.args, c.spec.redact),
-        "result_digest": digest(text) if text is not None else None,
-        "result_size": len(text) if text is not None else None,
+        "args": summarize(c.canon, c.spec.redact),
+        "result_digest": c.result_digest,
+        "result_size": c.result_size,
         "status": c.status.value,
         "executed": c.executed,
         "cache_hit": c.cache_hit,
@@ -585,15 +598,20 @@ def _record(
     }
 
 
+_DECISIONS = {
+    Status.EXECUTED: "execute",
+    Status.CACHED: "cache",
+    Status.REPLAYED: "replay",
+    Status.CORRECTED: "correct",
+    Status.UNKNOWN: "unknown",
+    Status.FALLBACK: "fallback",
+    Status.ERROR: "execute",
+}
+
+
 def _decision(c: Call) -> str:
     if c.coalesced:
         return "coalesce"
-    return {
-        Status.EXECUTED: "execute",
-        Status.CACHED: "cache",
-        Status.REPLAYED: "replay",
-        Status.CORRECTED: "correct",
-        Status.UNKNOWN: "unknown",
-        Status.FALLBACK: "fallback",
-        Status.ERROR: "reject" if not c.executed else "execute",
-    }[c.status]
+    if c.status is Status.ERROR and not c.executed:
+        return "reject"
+    return _DECISIONS[c.status]

@@ -11,7 +11,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from . import _pipeline
 from ._effects import Flights, drive_async, drive_sync
@@ -116,7 +116,17 @@ class Governor:
         self._specs[name] = spec
         return spec
 
-    def tool(self, fn: F | None = None, /, *, name: str | None = None, **options: Any) -> Any:
+    @overload
+    def tool(self, fn: F, /) -> F: ...
+
+    @overload
+    def tool(
+        self, fn: None = None, /, *, name: str | None = None, **options: Any
+    ) -> Callable[[F], F]: ...
+
+    def tool(
+        self, fn: F | None = None, /, *, name: str | None = None, **options: Any
+    ) -> F | Callable[[F], F]:
         """Decorator form of ``register``; the tool is named after the function by default."""
 
         def wrap(f: F) -> F:

@@ -1,7 +1,7 @@
 """Audit trail (semantics §10): one record per call, written to pluggable sinks.
 
 A record is a flat, JSON-serialisable dict with these fields: ``time, agent, session,
-step, tool, args_digest, args (redacted summary), result_digest, result_size, status,
+step, tool, args_digest, args (redacted canonical JSON text), result_digest, result_size, status,
 executed, cache_hit, idempotency_key, idempotency_state, attempts, breaker, latency_ms,
 mark, signals, decision, would, error, budget, tokens_saved``.
 """
@@ -9,8 +9,10 @@ mark, signals, decision, would, error, budget, tokens_saved``.
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import logging
+import re
 import sqlite3
 import threading
 from collections.abc import Iterable, Mapping
@@ -32,25 +34,39 @@ class ReadableSink(AuditSink, Protocol):
     def records(self, session_id: str) -> list[dict[str, Any]]: ...
 
 
-def redact(args: Any, names: Iterable[str], depth: int = 0) -> Any:
-    """A summary of the arguments safe to store: secret-looking names masked at any depth
-    (a name matches when it contains one of ``names``, case-insensitively), long strings
-    cut."""
+def redact(args: Any, names: Iterable[str] | re.Pattern[str], depth: int = 0) -> Any:
+    """A copy of ``args`` with secret-looking names masked at any depth (a name matches
+    when it contains one of ``names``, case-insensitively) and long strings cut."""
+    pattern = names if isinstance(names, re.Pattern) else secret_pattern(tuple(names))
     if isinstance(args, Mapping):
-        lowered = tuple(n.lower() for n in names)
         return {
-            str(k): _REDACTED
-            if any(n in str(k).lower() for n in lowered)
-            else redact(v, lowered, depth + 1)
+            str(k): _REDACTED if pattern.search(str(k).lower()) else redact(v, pattern, depth + 1)
             for k, v in args.items()
         }
     if isinstance(args, list | tuple) and depth < 8:
-        return [redact(v, names, depth + 1) for v in args[:50]]
+        return [redact(v, pattern, depth + 1) for v in args[:50]]
     if isinstance(args, str):
         return args if len(args) <= 200 else args[:200] + "..."
     if args is None or isinstance(args, bool | int | float):
         return args
     return repr(args)[:200]
+
+
+@functools.lru_cache(maxsize=256)
+def secret_pattern(names: tuple[str, ...]) -> re.Pattern[str]:
+    # matched against lower-cased text: IGNORECASE alternations are several times slower
+    return re.compile("|".join(re.escape(n.lower()) for n in names) or "(?!)")
+
+
+def summarize(canonical: str, names: tuple[str, ...], limit: int = 1000) -> str:
+    """The audit's ``args``: the canonical JSON text, redacted, cut at ``limit`` characters
+    (a JSON string, like OpenTelemetry's ``gen_ai.tool.call.arguments``)."""
+    pattern = secret_pattern(names)
+    if pattern.search(canonical.lower()):  # rare: walk the structure only when a name may match
+        canonical = json.dumps(
+            redact(json.loads(canonical), pattern), ensure_ascii=False, sort_keys=True
+        )
+    return canonical if len(canonical) <= limit else canonical[:limit] + "..."
 
 
 class MemoryAudit:
@@ -72,7 +88,7 @@ class MemoryAudit:
                 queue = self._by_session[sid] = collections.deque(maxlen=self._per_session)
                 while len(self._by_session) > self._sessions:
                     self._by_session.popitem(last=False)
-            queue.append(dict(record))
+            queue.append(record)  # type: ignore[arg-type]  # records are fresh dicts: no copy
 
     def records(self, session_id: str) -> list[dict[str, Any]]:
         with self._lock:

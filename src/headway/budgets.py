@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,9 +36,9 @@ class Budgets:
 
 
 def _limit(spec: PerTool, tool: str) -> int | None:
-    if isinstance(spec, Mapping):
-        return spec.get(tool)
-    return spec
+    if spec is None or type(spec) is int:
+        return spec
+    return spec.get(tool) if isinstance(spec, Mapping) else spec
 
 
 def diagnostic(
@@ -81,8 +80,8 @@ class Meter:
         self.calls = 0
         self.tokens = 0
         self.cost = 0.0
-        self.per_tool: Counter[str] = Counter()
-        self.retries: Counter[str] = Counter()
+        self.per_tool: dict[str, int] = {}
+        self.retries: dict[str, int] = {}
 
     def wall_clock(self, now: float) -> tuple[str, float, float, str] | None:
         """The wall-clock budget, checked before each call and each retry."""
@@ -98,15 +97,15 @@ class Meter:
 
     def retry_allowed(self, tool: str) -> bool:
         limit = _limit(self.budgets.retries_per_tool, tool)
-        return limit is None or self.retries[tool] < limit
+        return limit is None or self.retries.get(tool, 0) < limit
 
     def count_retry(self, tool: str) -> None:
-        self.retries[tool] += 1
+        self.retries[tool] = self.retries.get(tool, 0) + 1
 
     def count_call(self, tool: str) -> tuple[str, float, float, str] | None:
         """Count one tool call; the budget it reached, if any (the next call stops)."""
         self.calls += 1
-        self.per_tool[tool] += 1
+        used = self.per_tool[tool] = self.per_tool.get(tool, 0) + 1
         b = self.budgets
         if b.tool_calls is not None and self.calls >= b.tool_calls:
             return (
@@ -116,21 +115,12 @@ class Meter:
                 "The tool-call budget is used up.",
             )
         limit = _limit(b.per_tool_calls, tool)
-        if limit is not None and self.per_tool[tool] >= limit:
-            return (
-                "per_tool_calls",
-                limit,
-                self.per_tool[tool],
-                f"The call budget of {tool} is used up.",
-            )
+        if limit is not None and used >= limit:
+            return ("per_tool_calls", limit, used, f"The call budget of {tool} is used up.")
         limit = _limit(b.retries_per_tool, tool)
-        if limit is not None and self.retries[tool] >= limit:
-            return (
-                "retries_per_tool",
-                limit,
-                self.retries[tool],
-                f"The retry budget of {tool} is used up.",
-            )
+        retries = self.retries.get(tool, 0)
+        if limit is not None and retries >= limit:
+            return ("retries_per_tool", limit, retries, f"The retry budget of {tool} is used up.")
         return None
 
     def count_turn(self, tokens: int, cost: float) -> tuple[str, float, float, str] | None:
@@ -151,6 +141,6 @@ class Meter:
         """A compact view for the audit record."""
         return {
             "tool_calls": self.calls,
-            "tool": self.per_tool[tool],
-            "retries": self.retries[tool],
+            "tool": self.per_tool.get(tool, 0),
+            "retries": self.retries.get(tool, 0),
         }

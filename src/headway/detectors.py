@@ -21,6 +21,7 @@ from .similarity import SHORT, Normalizer, could_be_similar, jaccard, normalize,
 
 Mark = Literal["progress", "no_progress", "waiting", "neutral"]
 _KEEP = 8192  # characters of a result kept per step
+_CANDIDATES = 8  # earlier results of the same tool compared for near-duplicates
 _NEUTRAL = (Status.ERROR, Status.FALLBACK, Status.UNKNOWN, Status.REPLAYED)
 
 
@@ -75,12 +76,15 @@ class Monitor:
         "_errors",
         "_last_of_key",
         "_last_value",
+        "_memo",
+        "_norms",
         "_polls",
         "detectors",
         "last_progress_step",
         "limit",
         "no_progress_run",
         "normalizers",
+        "pushed",
         "repeat",
         "repeat_key",
         "threshold",
@@ -106,6 +110,9 @@ class Monitor:
         self.no_progress_run = 0
         self.last_progress_step: int | None = None
         self._last_of_key: dict[str, Observation] = {}
+        self._norms: dict[str, int] = {}  # normalised results in the window -> count
+        self.pushed = 0  # steps ever pushed: the window's version
+        self._memo: tuple[str, int, tuple[int, int] | None] | None = None
         self._last_value: dict[str, Any] = {}  # tool -> last successful result
         self._errors: dict[str, tuple[str, int]] = {}  # tool -> (fingerprint, run length)
         self._polls: dict[str, tuple[int, float]] = {}  # key -> (unchanged polls, since)
@@ -119,6 +126,8 @@ class Monitor:
         self._polls.clear()
         self.window.clear()
         self._last_of_key.clear()
+        self._norms.clear()
+        self.pushed += 1
 
     # -- before a call -------------------------------------------------------------
 
@@ -149,18 +158,28 @@ class Monitor:
 
     def _cycle(self, key: str) -> tuple[int, int] | None:
         """(period, start step) when ``key`` continues a cycle of 3+ full rounds."""
-        keys = [o.key for o in self.window] + [key]
-        n = len(keys)
+        memo = self._memo
+        if memo is not None and memo[0] == key and memo[1] == self.pushed:
+            return memo[2]
+        found = self._find_cycle(key)
+        self._memo = (key, self.pushed, found)
+        return found
+
+    def _find_cycle(self, key: str) -> tuple[int, int] | None:
+        w = self.window
+        n = len(w) + 1  # the window plus this call
         for p in range(2, 6):
-            if n < 3 * p or len(set(keys[-p:])) == 1:
+            if n < 3 * p:
+                break
+            if w[n - 1 - p].key != key:  # one comparison rejects almost every call
                 continue
-            if all(keys[i] == keys[i - p] for i in range(n - 2 * p, n)):
-                start = n - 3 * p
-                while start > 0 and keys[start - 1] == keys[start - 1 + p]:
-                    start -= 1
-                steps = list(self.window)
-                first = steps[start].index if start < len(steps) else -1
-                return p, first
+            keys = [o.key for o in w] + [key]
+            if len(set(keys[-p:])) == 1 or any(keys[i] != keys[i - p] for i in range(n - 2 * p, n)):
+                continue
+            start = n - 3 * p
+            while start > 0 and keys[start - 1] == keys[start - 1 + p]:
+                start -= 1
+            return p, w[start].index
         return None
 
     # -- after a call --------------------------------------------------------------
@@ -187,12 +206,16 @@ class Monitor:
         cycle = self._cycle(step.key)
         if cycle is not None:
             signals["cycle"] = {"period": cycle[0], "start": cycle[1]}
-        # result signals
+        # result signals (a CACHED or CORRECTED step repeats by definition: no comparison)
         if step.norm is not None:
             step.unchanged = prev is not None and prev.norm is not None and self._near(step, prev)
-            step.duplicate, same_args = self._seen(step)
-            if step.duplicate:
-                signals["near_duplicate" if not same_args else "same_result"] = True
+            if step.norm in self._norms:
+                step.duplicate = True
+                if not (prev is not None and prev.norm == step.norm):
+                    signals["same_result"] = True
+            elif step.unchanged or self._near_any(step):
+                step.duplicate = True
+                signals["near_duplicate"] = True
         for det in self.detectors:
             extra = det.observe(step, self.window)
             if extra:
@@ -307,19 +330,20 @@ class Monitor:
                 }
         return None
 
-    def _seen(self, step: Observation) -> tuple[bool, bool]:
-        """(the result repeats one in the window, that earlier result had the same args)."""
-        hit: Observation | None = None
+    def _near_any(self, step: Observation) -> bool:
+        """Near-duplicate of one of the last few results of the same tool (bounded work)."""
+        if len(step.norm or "") < SHORT:
+            return False
+        tried = 0
         for o in reversed(self.window):
-            if o.norm is not None and o.tool == step.tool and self._near(step, o):
-                hit = o
+            if o.tool != step.tool or o.norm is None:
+                continue
+            if self._near(step, o):
+                return True
+            tried += 1
+            if tried >= _CANDIDATES:
                 break
-        if hit is None:
-            for o in self.window:
-                if o.norm == step.norm:
-                    hit = o
-                    break
-        return (hit is not None, hit is not None and hit.key != step.key)
+        return False
 
     def _near(self, a: Observation, b: Observation) -> bool:
         na, nb = a.norm or "", b.norm or ""
@@ -336,11 +360,22 @@ class Monitor:
             old = self.window[0]
             if self._last_of_key.get(old.key) is old:
                 del self._last_of_key[old.key]
+            if old.norm is not None:
+                left = self._norms[old.norm] - 1
+                if left:
+                    self._norms[old.norm] = left
+                else:
+                    del self._norms[old.norm]
         self.window.append(step)
-        if step.status is not Status.CORRECTED or step.key not in self._last_of_key:
-            self._last_of_key[step.key] = step
+        self.pushed += 1
+        if step.norm is not None:
+            self._norms[step.norm] = self._norms.get(step.norm, 0) + 1
+        served = step.status in (Status.CACHED, Status.CORRECTED)
+        earlier = self._last_of_key.get(step.key)
+        if served and earlier is not None:
+            earlier.unchanged = True  # served again: the result did not change
         else:
-            self._last_of_key[step.key].unchanged = True
+            self._last_of_key[step.key] = step
 
     def _loop_diagnostic(self, limit: int, signals: Mapping[str, Any]) -> dict[str, Any]:
         recent = list(self.window)[-limit:]
@@ -378,7 +413,7 @@ class Monitor:
     ) -> Observation:
         """A step to pass to ``after()``; stored texts are capped so memory stays bounded."""
         norm = None
-        if text is not None and error is None:
+        if text is not None and error is None and status not in (Status.CACHED, Status.CORRECTED):
             norm = normalize(text, self.normalizers)
             if len(norm) > _KEEP:
                 # head and tail for similarity, a digest so that equality stays exact

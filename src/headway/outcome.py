@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import json
-from typing import Any
+from typing import Any, NamedTuple
 
 
 class Status(enum.StrEnum):
@@ -32,9 +31,12 @@ def render(value: Any, limit: int = 4000) -> str:
     return text
 
 
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class Outcome:
-    """What one call produced. ``value`` is None for CORRECTED, UNKNOWN and ERROR."""
+class Outcome(NamedTuple):
+    """What one call produced (immutable). ``value`` is None for CORRECTED, UNKNOWN and ERROR.
+
+    A NamedTuple rather than a frozen dataclass: it is built on every call, and a frozen
+    dataclass's ``__init__`` costs several times more.
+    """
 
     status: Status
     tool: str

@@ -12,6 +12,7 @@ idempotency record's 24 h) is decided by headway with its own injectable clock.
 from __future__ import annotations
 
 import json
+import json.scanner
 from typing import Any, Protocol, runtime_checkable
 
 from ..errors import StoreError
@@ -54,5 +55,20 @@ def dumps(value: Any) -> str:
         raise StoreError(f"stores keep JSON values only: {exc}") from exc
 
 
+_scan = getattr(json.scanner, "c_make_scanner", None)
+_scan_once = _scan(json.JSONDecoder()) if _scan is not None else None
+
+
 def loads(text: str | bytes | None) -> Any | None:
-    return None if text is None else json.loads(text)
+    """Parse stored JSON. Stored text is always compact JSON written by ``dumps``: the C
+    scanner parses it directly, without ``json.loads``'s whitespace handling."""
+    if text is None:
+        return None
+    if _scan_once is not None and isinstance(text, str):
+        try:
+            value, end = _scan_once(text, 0)
+        except StopIteration:
+            return json.loads(text)  # not JSON: let json raise its usual error
+        if end == len(text):
+            return value
+    return json.loads(text)

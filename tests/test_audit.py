@@ -1,0 +1,116 @@
+"""Audit (semantics §10): one record per call, the listed fields, redaction, sinks."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+import headway
+from headway.testing import ScriptedTool
+
+FIELDS = {
+    "time",
+    "agent",
+    "session",
+    "step",
+    "tool",
+    "args_digest",
+    "args",
+    "result_digest",
+    "result_size",
+    "status",
+    "executed",
+    "cache_hit",
+    "idempotency_key",
+    "idempotency_state",
+    "attempts",
+    "breaker",
+    "latency_ms",
+    "mark",
+    "signals",
+    "decision",
+    "would",
+    "error",
+    "budget",
+    "tokens_saved",
+}
+
+
+def test_one_record_per_call_with_the_listed_fields(gov: headway.Governor) -> None:
+    gov.register("r", ScriptedTool([{"a": 1}]), effect="read", deterministic=True)
+    s = gov.session("run-1", agent="planner")
+    s.call("r", {"q": 1})
+    s.call("r", {"q": 1})
+    s.call("nope", {})
+    records = gov.audit_records("run-1")
+    assert [r["step"] for r in records] == [0, 1, 2]
+    assert [r["decision"] for r in records] == ["execute", "cache", "reject"]
+    for r in records:
+        assert set(r) >= FIELDS
+        json.dumps(r)
+    assert records[0]["agent"] == "planner" and records[1]["cache_hit"] is True
+    assert records[0]["result_digest"] == records[1]["result_digest"]
+    assert records[2]["error"] == "unknown_tool"
+    assert gov.audit_records("other") == []
+
+
+def test_secret_looking_argument_names_are_redacted(gov: headway.Governor) -> None:
+    gov.register("login", ScriptedTool(["ok"]), effect="write")
+    gov.session("r").call(
+        "login",
+        {"user": "ann", "password": "hunter2", "auth": {"API_KEY": "k", "refresh_token": "t"}},
+    )
+    args = json.loads(gov.audit_records("r")[0]["args"])
+    assert args == {
+        "user": "ann",
+        "password": "[redacted]",
+        "auth": {"API_KEY": "[redacted]", "refresh_token": "[redacted]"},
+    }
+    assert "hunter2" not in json.dumps(gov.audit_records("r"))
+
+
+def test_redact_option_adds_names(gov: headway.Governor) -> None:
+    gov.register("pay", ScriptedTool(["ok"]), effect="write", redact=["card_number"])
+    gov.session("r").call("pay", {"card_number": "4111", "amount": 5})
+    assert json.loads(gov.audit_records("r")[0]["args"]) == {
+        "card_number": "[redacted]",
+        "amount": 5,
+    }
+
+
+def test_jsonl_and_sqlite_sinks(tmp_path: Path) -> None:
+    jsonl = headway.JSONLSink(tmp_path / "audit.jsonl")
+    table = headway.SQLiteAuditSink(tmp_path / "audit.db")
+    gov = headway.Governor(audit=[table, jsonl])
+    gov.register("r", ScriptedTool(["x"]), effect="read")
+    s = gov.session("s1")
+    s.call("r", {"i": 1})
+    s.call("r", {"i": 2})
+    lines = (tmp_path / "audit.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [0, 1]
+    assert [r["step"] for r in gov.audit_records("s1")] == [0, 1]  # read from the table
+    assert jsonl.records("s1") == table.records("s1")
+    table.close()
+
+
+def test_logging_sink(caplog: pytest.LogCaptureFixture) -> None:
+    gov = headway.Governor(audit=[headway.LoggingSink()])
+    gov.register("r", ScriptedTool(["x"]), effect="read")
+    with caplog.at_level(logging.INFO, logger="headway.audit"):
+        gov.session("s").call("r", {})
+    assert json.loads(caplog.records[0].getMessage())["tool"] == "r"
+
+
+def test_a_failing_sink_never_breaks_a_call() -> None:
+    class Broken:
+        def write(self, record: object) -> None:
+            raise OSError("disk full")
+
+    gov = headway.Governor(audit=[Broken()])
+    gov.register("r", ScriptedTool(["x"]), effect="read")
+    with pytest.warns(RuntimeWarning, match="disk full"):
+        out = gov.session("s").call("r", {})
+    assert out.status is headway.Status.EXECUTED
