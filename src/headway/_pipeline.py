@@ -167,7 +167,7 @@ def _read(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
     # a TTL read whose entry expired is a fresh look, not a repeat
     if fresh is not None or not spec.ttl:
         with st.lock:
-            correction = st.monitor.before(spec, c.key, "read")
+            correction = st.monitor.before(spec, c.key, "read", c.canon)
         if correction is not None:
             if gov.enforce:
                 c.status, c.correction = Status.CORRECTED, correction
@@ -329,7 +329,7 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
         verdict = _classify(classify, failure, timed_out, spec)
         if b is not None:
             now = gov.clock()
-            if _ignored(b, failure):
+            if _ignored(b, failure, verdict, timed_out):
                 yield from breaker_update(
                     gov, spec, b, lambda s, p=probe: (brk.release(s, p), None)
                 )
@@ -381,11 +381,13 @@ def _bad_arguments(spec: ToolSpec, exc: TypeError) -> bool:
     return "argument" in text and (name in text or "positional" in text or "keyword" in text)
 
 
-def _ignored(b: brk.Breaker, exc: BaseException) -> bool:
+def _ignored(b: brk.Breaker, exc: BaseException, verdict: Classification, timed_out: bool) -> bool:
+    """A breaker counts failures of the tool's service (timeouts, errors classified as
+    transient), not answers about the request (NON_RETRYABLE: bad input, business rules),
+    and never the exceptions named in ``Breaker.ignore``."""
     if b.ignore and isinstance(exc, b.ignore):
         return True
-    status = getattr(getattr(exc, "response", None), "status_code", None)
-    return isinstance(status, int) and 400 <= status < 500 and status != 429
+    return not timed_out and verdict is NON_RETRYABLE
 
 
 def describe(exc: BaseException) -> str:
@@ -432,6 +434,7 @@ def _circuit_open(c: Call, retry_after: float) -> None:
         else:
             return
     c.status = Status.ERROR
+    c.fingerprint = "circuit_open"  # calling it again anyway is a repeated error
     c.error = error_info(
         "circuit_open",
         f"{spec.name} is failing and its circuit breaker is open",

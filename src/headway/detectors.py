@@ -131,7 +131,7 @@ class Monitor:
 
     # -- before a call -------------------------------------------------------------
 
-    def before(self, spec: ToolSpec, key: str, effect: str) -> str | None:
+    def before(self, spec: ToolSpec, key: str, effect: str, args: str = "") -> str | None:
         """A correction text when this call should not run (read repeat or cycle)."""
         if spec.poll:
             return None
@@ -139,9 +139,10 @@ class Monitor:
         repeat = self.repeat + 1 if key == self.repeat_key else 1
         if effect == "read" and repeat >= 3 and prev is not None and prev.unchanged:
             return (
-                f"headway: you called {spec.name} {repeat} times with identical arguments and the "
-                "result did not change; do not call it again with these arguments: use the "
-                "result, change the arguments or the tool, or finish." + _last(prev)
+                f"headway: you called {spec.name} {repeat} times with identical arguments "
+                f"{args[:300]} and the result did not change; do not call it again with these "
+                "arguments: use the result, change the arguments or the tool, or finish."
+                + _last(prev)
             )
         cycle = self._cycle(key)
         if cycle is not None:
