@@ -13,7 +13,15 @@ import headway
 from headway import Status
 from headway.testing import FakeClock, ScriptedTool
 
-LOOP_KEYS = {"terminated_by", "signal", "limit", "consumed", "last_progress_step", "last_k_steps", "suggestion"}
+LOOP_KEYS = {
+    "terminated_by",
+    "signal",
+    "limit",
+    "consumed",
+    "last_progress_step",
+    "last_k_steps",
+    "suggestion",
+}
 ORDERS = {"customer_id": "c1", "orders": [], "message": "No orders were found for this customer."}
 
 
@@ -71,7 +79,9 @@ def test_near_duplicates_without_a_normaliser(clock: FakeClock) -> None:
 
 
 def _poll_tool(running: int) -> ScriptedTool:
-    return ScriptedTool([{"op": "1", "status": "RUNNING"}] * running + [{"op": "1", "status": "DONE"}])
+    return ScriptedTool(
+        [{"op": "1", "status": "RUNNING"}] * running + [{"op": "1", "status": "DONE"}]
+    )
 
 
 def test_polling_keeps_going_until_done(gov: headway.Governor) -> None:
@@ -92,7 +102,14 @@ def test_poll_budget_stops_with_a_budget_diagnostic(gov: headway.Governor) -> No
         run(s, [("get_operation_status", {"op": "1"})] * 26)
     d = info.value.diagnostic
     assert d["budget_type"] == "max_polls" and d["limit"] == 10 and d["consumed"] == 10
-    assert set(d) == {"terminated_by", "budget_type", "limit", "consumed", "last_progress_step", "hint"}
+    assert set(d) == {
+        "terminated_by",
+        "budget_type",
+        "limit",
+        "consumed",
+        "last_progress_step",
+        "hint",
+    }
     assert s.steps == 10
 
 
@@ -129,7 +146,8 @@ def test_runaway_with_changing_output_is_stopped_by_a_budget(gov: headway.Govern
 def _ab(gov: headway.Governor, changing: bool) -> headway.Session:
     n = itertools.count()
     gov.register(
-        "open", ScriptedTool([lambda url: f"page {url}" + (f" visit {next(n)}" if changing else "")]),
+        "open",
+        ScriptedTool([lambda url: f"page {url}" + (f" visit {next(n)}" if changing else "")]),
         effect="read",
     )
     return gov.session("r")
@@ -159,8 +177,15 @@ def test_oscillation_with_changing_results_is_never_stopped(gov: headway.Governo
     ],
 )
 def test_sequences_that_are_not_loops(gov: headway.Governor, sequence: list[str]) -> None:
-    results = {"ls": "f1 f2", "read f1": "contents of f1", "pwd": "/repo", "read f2": "contents of f2"}
-    gov.register("act", ScriptedTool([lambda step: results.get(step, f"page {step}")]), effect="read")
+    results = {
+        "ls": "f1 f2",
+        "read f1": "contents of f1",
+        "pwd": "/repo",
+        "read f2": "contents of f2",
+    }
+    gov.register(
+        "act", ScriptedTool([lambda step: results.get(step, f"page {step}")]), effect="read"
+    )
     s = gov.session("r")
     outs = run(s, [("act", {"step": x}) for x in sequence])
     assert all(o.status is Status.EXECUTED for o in outs)
@@ -212,7 +237,9 @@ def test_twenty_different_edits_with_changing_tests_are_progress(gov: headway.Go
 
 
 def test_the_same_failing_edit_three_times_is_no_progress(gov: headway.Governor) -> None:
-    gov.register("edit_file", ScriptedTool([ValueError("old_str not found in a.py")]), effect="write")
+    gov.register(
+        "edit_file", ScriptedTool([ValueError("old_str not found in a.py")]), effect="write"
+    )
     s = gov.session("r")
     outs = run(s, [("edit_file", {"path": "a.py", "old": "x", "new": "y"})] * 3)
     marks = [r["mark"] for r in gov.audit_records("r")]
@@ -222,7 +249,9 @@ def test_the_same_failing_edit_three_times_is_no_progress(gov: headway.Governor)
 
 def test_rerun_after_a_write_is_progress(gov: headway.Governor) -> None:
     results = iter(["1 failed", "all passed"])
-    gov.register("run_tests", ScriptedTool([lambda: next(results)]), effect="read", deterministic=True)
+    gov.register(
+        "run_tests", ScriptedTool([lambda: next(results)]), effect="read", deterministic=True
+    )
     gov.register("edit_file", ScriptedTool(["ok"]), effect="write")
     s = gov.session("r")
     outs = [s.call("run_tests", {}), s.call("edit_file", {"p": "a"}), s.call("run_tests", {})]
@@ -262,7 +291,9 @@ def test_escalation_at_half_the_limit_keeps_the_status(gov: headway.Governor) ->
     s = gov.session("r", no_progress_limit=8)
     outs = run(s, [("page", {"n": i}) for i in range(6)])
     assert all(o.status is Status.EXECUTED for o in outs)
-    assert outs[3].correction is None and outs[4].correction is not None  # 4 = 8/2 no-progress steps
+    assert (
+        outs[3].correction is None and outs[4].correction is not None
+    )  # 4 = 8/2 no-progress steps
     assert "no progress" in outs[4].to_model()
 
 
@@ -323,9 +354,15 @@ def test_a_plugged_in_detector_can_mark_duplicates(gov: headway.Governor) -> Non
 
 
 @settings(max_examples=60, deadline=None)
-@given(hs.lists(hs.tuples(hs.sampled_from(["a", "b", "c"]), hs.integers(0, 2)), min_size=1, max_size=80),
-       hs.randoms(use_true_random=False))
-def test_distinct_results_never_stop_a_session_by_a_loop_rule(calls: list[tuple[str, int]], rnd: Any) -> None:
+@given(
+    hs.lists(
+        hs.tuples(hs.sampled_from(["a", "b", "c"]), hs.integers(0, 2)), min_size=1, max_size=80
+    ),
+    hs.randoms(use_true_random=False),
+)
+def test_distinct_results_never_stop_a_session_by_a_loop_rule(
+    calls: list[tuple[str, int]], rnd: Any
+) -> None:
     gov = headway.Governor()
     words = ["alpha", "delta", "kilo", "lima", "oscar", "romeo", "tango", "zulu", "echo", "golf"]
 

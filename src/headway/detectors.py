@@ -21,6 +21,7 @@ from .similarity import SHORT, Normalizer, could_be_similar, jaccard, normalize,
 
 Mark = Literal["progress", "no_progress", "waiting", "neutral"]
 _KEEP = 8192  # characters of a result kept per step
+_TRIVIAL = 3  # results this short carry no content of their own
 _CANDIDATES = 8  # earlier results of the same tool compared for near-duplicates
 _NEUTRAL = (Status.ERROR, Status.FALLBACK, Status.UNKNOWN, Status.REPLAYED)
 
@@ -210,9 +211,12 @@ class Monitor:
         # result signals (a CACHED or CORRECTED step repeats by definition: no comparison)
         if step.norm is not None:
             step.unchanged = prev is not None and prev.norm is not None and self._near(step, prev)
-            if step.norm in self._norms:
+            same_call = prev is not None and prev.norm == step.norm
+            if step.norm in self._norms and (same_call or len(step.norm) > _TRIVIAL):
+                # under new arguments, an empty or trivial answer ("", "0", "[]") is news
+                # about those arguments (nothing matched), not a repeat
                 step.duplicate = True
-                if not (prev is not None and prev.norm == step.norm):
+                if not same_call:
                     signals["same_result"] = True
             elif step.unchanged or self._near_any(step):
                 step.duplicate = True

@@ -1,0 +1,270 @@
+"""Replay the published agent runs in ../shared/traces/ through a Governor.
+
+    python bench/replay_traces.py [--traces DIR] [--limit N]
+
+Each recorded call goes through a real Governor in enforce mode; the recorded observation
+stands in for the tool. Tools are declared by what they do: tau-bench's write tools (the
+``side_effect`` flag) are writes and its lookups deterministic reads; browser, viewer and
+delegation tools are uncached reads (they change only the agent's view); shell commands
+are classified read or write by ``headway.shell``; code execution is a write.
+
+Per source it prints: calls executed and served from cache, stale cache hits (a served
+result whose recorded sha1 differs from what the real tool returned: must be 0), runs with
+a correction, runs stopped by a loop rule. For Magentic-One it also compares with the
+orchestrator's own "is in loop" self-report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import gzip
+import json
+import math
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import headway
+from headway.shell import command_effect, is_dynamic
+
+DEFAULT = Path(__file__).resolve().parents[2] / "shared" / "traces"
+SOURCES = [
+    "tau_bench_airline_gpt4o",
+    "agentrx_tau_retail",
+    "miniswe_gemini3pro_swebv",
+    "codetracer_kimi_tb2",
+    "magentic_one",
+    "whowhen_captain_agent",
+]
+VIEW_TOOLS = {
+    "click",
+    "type",
+    "page_down",
+    "page_up",
+    "history_back",
+    "input_text",
+    "click_control",
+    "websurfer_other",
+    "file_view",
+    "scroll",
+    "visit_url",
+    "web_search",
+}
+
+
+def spec_for(source: str, rec: dict[str, Any]) -> dict[str, Any]:
+    """How an operator would declare this recorded tool (see the module docstring)."""
+    tool = rec["tool"]
+    if source.startswith(("tau_", "agentrx")):
+        return (
+            {"effect": "write"}
+            if rec.get("side_effect")
+            else {"effect": "read", "deterministic": True}
+        )
+    if tool.startswith("delegate:") or tool in VIEW_TOOLS:
+        return {"effect": "read"}
+    if tool in ("Read", "Glob", "Grep"):
+        return {"effect": "read", "deterministic": True}
+    if tool in ("WebSearch", "WebFetch", "TaskOutput"):
+        return {"effect": "read"}
+    if tool.lower() == "bash":
+        return {"effect": shell_spec_effect, "deterministic": True}
+    return {"effect": "write"}
+
+
+def skip(rec: dict[str, Any]) -> str | None:
+    """Records that are not tool calls headway would see, or that carry nothing to judge."""
+    if isinstance(rec["args"], dict) and "n_bash_blocks" in rec["args"]:
+        return "format errors answered by the harness"  # mini-swe-agent: never reaches a tool
+    if rec.get("kind") == "delegation" and not rec.get("obs_len"):
+        return "delegations without a recorded reply"  # Magentic-One: no result to judge
+    return None
+
+
+def shell_spec_effect(args: Any) -> str:
+    command = args.get("command") if isinstance(args, dict) else None
+    if not isinstance(command, str):
+        return "write"
+    return command_effect(command)
+
+
+def runs(path: Path, limit: int | None) -> Iterator[list[dict[str, Any]]]:
+    current: list[dict[str, Any]] = []
+    seen = 0
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        for line in fh:
+            rec = json.loads(line)
+            if current and rec["run_id"] != current[0]["run_id"]:
+                yield sorted(current, key=lambda r: r["step"])
+                seen += 1
+                if limit is not None and seen >= limit:
+                    return
+                current = []
+            current.append(rec)
+    if current:
+        yield sorted(current, key=lambda r: r["step"])
+
+
+def observation(rec: dict[str, Any]) -> str:
+    text = rec.get("observation") or ""
+    if rec.get("obs_len", 0) > len(text):  # cut at 800 characters: keep full results distinct
+        text += f"\n[... {rec['obs_len']} characters in all, sha1 {rec['obs_sha1'][:12]}]"
+    return text
+
+
+def replay_run(source: str, calls: list[dict[str, Any]]) -> dict[str, Any]:
+    gov = headway.Governor(audit=[])
+    current: dict[str, Any] = {}
+
+    def tool(**_: Any) -> str:
+        current["executed"] = True
+        return str(current["value"])
+
+    origin: dict[str, str] = {}  # served value -> sha1 of the call that produced it
+    out = collections.Counter[str]()
+    s = gov.session(calls[0]["run_id"])
+    for rec in calls:
+        name = rec["tool"]
+        reason = skip(rec)
+        if reason is not None:
+            out["skipped: " + reason] += 1
+            continue
+        if gov.spec(name) is None:
+            options = spec_for(source, rec)
+            if options.get("effect") is shell_spec_effect:
+                options["deterministic"] = True
+            gov.register(name, tool, **options)
+        args = rec["args"] if isinstance(rec["args"], dict) else {"code": rec["args"]}
+        if (
+            name.lower() == "bash"
+            and isinstance(args.get("command"), str)
+            and is_dynamic(args["command"])
+        ):
+            args = {**args}  # a dynamic read: executed each time (declared below)
+        current.update(value=observation(rec), executed=False)
+        out["calls"] += 1
+        try:
+            o = s.call(name, args)
+        except headway.LoopDetected as stop:
+            out["stopped"] = 1
+            out["stop_step"] = rec["step"]
+            out["stop_signal_" + stop.diagnostic["signal"]] = 1
+            break
+        except headway.ArgumentError:
+            out["malformed"] += 1
+            continue
+        if o.status is headway.Status.EXECUTED:
+            out["executed"] += 1
+            origin[str(o.value)] = rec["obs_sha1"]
+        elif o.status is headway.Status.CACHED:
+            out["cached"] += 1
+            if origin.get(str(o.value)) != rec["obs_sha1"]:
+                recorded = rec.get("observation") or ""
+                # Claude Code answers a repeated Read of an unchanged file with a stub (or
+                # the record is empty): our served content is the real, unchanged file
+                stub = not recorded or recorded.startswith("File unchanged since last read")
+                out["harness_stub" if stub else "stale"] += 1
+        elif o.status is headway.Status.CORRECTED:
+            out["corrected"] += 1
+        if o.correction is not None:
+            out["with_correction"] += 1
+    out["corrected_run"] = int(out["corrected"] + out["with_correction"] > 0)
+    return dict(out)
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval for a proportion."""
+    if n == 0:
+        return (0.0, 0.0)
+    p = k / n
+    d = 1 + z * z / n
+    c = (p + z * z / (2 * n)) / d
+    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return (max(0.0, c - h), min(1.0, c + h))
+
+
+def rewards(traces: Path, source: str) -> dict[str, float | None]:
+    path = traces / f"{source}.runs.jsonl"
+    if not path.exists():
+        return {}
+    rows = (json.loads(line) for line in path.read_text().splitlines() if line.strip())
+    return {r["run_id"]: r.get("reward") for r in rows}
+
+
+def self_reported_loops(traces: Path) -> dict[str, bool]:
+    path = traces / "magentic_one.runs.jsonl"
+    out = {}
+    for line in path.read_text().splitlines():
+        r = json.loads(line)
+        report = ((r.get("labels") or {}).get("orchestrator_self_report")) or {}
+        out[r["run_id"]] = bool(report.get("n_in_loop_true"))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--traces", type=Path, default=DEFAULT)
+    ap.add_argument("--limit", type=int, default=None, help="runs per source (default: all)")
+    a = ap.parse_args()
+    if not a.traces.exists():
+        print(f"no traces at {a.traces}: nothing to replay")
+        return
+    print(
+        f"{'source':<26} {'runs':>5} {'calls':>6} {'exec':>6} {'cached':>6} {'stale':>5} "
+        f"{'corr.calls':>10} {'runs corr.':>10} {'runs stopped':>18}"
+    )
+    for source in SOURCES:
+        path = a.traces / f"{source}.calls.jsonl.gz"
+        if not path.exists():
+            continue
+        results = {calls[0]["run_id"]: replay_run(source, calls) for calls in runs(path, a.limit)}
+        tot = collections.Counter[str]()
+        for r in results.values():
+            tot.update(r)
+        n = len(results)
+        lo, hi = wilson(tot["stopped"], n)
+        print(
+            f"{source:<26} {n:>5} {tot['calls']:>6} {tot['executed']:>6} {tot['cached']:>6} "
+            f"{tot['stale']:>5} {tot['corrected']:>10} {tot['corrected_run']:>10} "
+            f"{tot['stopped']:>4} ({tot['stopped'] / max(n, 1):5.1%}, CI {lo:.1%}-{hi:.1%})"
+        )
+        won = rewards(a.traces, source)
+        false_kills = [
+            rid for rid, r in results.items() if r.get("stopped") and (won.get(rid) or 0) >= 1
+        ]
+        if any(v is not None for v in won.values()):
+            print(
+                f"{'':<26} stopped runs that succeeded (reward 1): {len(false_kills)}; "
+                f"served results unlike the recorded ones: {tot['stale']} stale, "
+                f"{tot['harness_stub']} harness stubs"
+            )
+        skipped = {k[9:]: v for k, v in tot.items() if k.startswith("skipped: ")}
+        if skipped:
+            print(f"{'':<26} not replayed: {skipped}")
+        signals = {k[12:]: v for k, v in tot.items() if k.startswith("stop_signal_")}
+        if signals:
+            print(f"{'':<26} stop signals: {signals}")
+        if source == "magentic_one":
+            report = self_reported_loops(a.traces)
+            looped = [rid for rid, v in report.items() if v and rid in results]
+            caught = [
+                rid
+                for rid in looped
+                if results[rid].get("stopped") or results[rid].get("corrected_run")
+            ]
+            flagged = [
+                rid for rid, r in results.items() if r.get("stopped") or r.get("corrected_run")
+            ]
+            agree = [rid for rid in flagged if report.get(rid)]
+            print(
+                f"{'':<26} orchestrator says 'in loop' in {len(looped)} runs; headway corrected or "
+                f"stopped {len(caught)} of them; of the {len(flagged)} runs headway flagged, "
+                f"{len(agree)} are self-reported loops"
+            )
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
