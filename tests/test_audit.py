@@ -104,13 +104,13 @@ def test_logging_sink(caplog: pytest.LogCaptureFixture) -> None:
     assert json.loads(caplog.records[0].getMessage())["tool"] == "r"
 
 
-def test_a_failing_sink_never_breaks_a_call() -> None:
+def test_a_failing_sink_never_breaks_a_call(caplog: pytest.LogCaptureFixture) -> None:
     class Broken:
         def write(self, record: object) -> None:
             raise OSError("disk full")
 
     gov = headway.Governor(audit=[Broken()])
     gov.register("r", ScriptedTool(["x"]), effect="read")
-    with pytest.warns(RuntimeWarning, match="disk full"):
-        out = gov.session("s").call("r", {})
+    out = gov.session("s").call("r", {})
     assert out.status is headway.Status.EXECUTED
+    assert "disk full" in caplog.text

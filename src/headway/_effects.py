@@ -19,9 +19,12 @@ T = TypeVar("T")
 
 
 class AttemptTimeout(Exception):  # noqa: N818 - internal signal, never escapes the pipeline
-    def __init__(self, seconds: float) -> None:
+    """An attempt got no answer in time; ``late`` is the abandoned attempt, if it runs on."""
+
+    def __init__(self, seconds: float, late: concurrent.futures.Future[Any] | None = None) -> None:
         super().__init__(f"no answer within {seconds:g} s")
         self.seconds = seconds
+        self.late = late
 
 
 class Blocking(NamedTuple):
@@ -79,7 +82,7 @@ def _attempt_sync(e: Attempt, sleep: Callable[[float], None]) -> Any:
     except TimeoutError:
         if fut.done():
             raise  # the tool's own timeout: the pipeline treats it as one too
-        raise AttemptTimeout(e.timeout or 0.0) from None
+        raise AttemptTimeout(e.timeout or 0.0, fut) from None
 
 
 def drive_sync(plan: Plan[T], sleep: Callable[[float], None] = time.sleep) -> T:
@@ -105,15 +108,19 @@ def drive_sync(plan: Plan[T], sleep: Callable[[float], None] = time.sleep) -> T:
 
 
 async def _attempt_async(e: Attempt) -> Any:
+    if e.is_async:
+        try:
+            return await asyncio.wait_for(e.fn(**e.kwargs), e.timeout)  # cancelled on timeout
+        except TimeoutError:
+            raise AttemptTimeout(e.timeout or 0.0) from None
+    # a sync tool must not block the event loop: it runs in a thread, abandoned on timeout
+    fut = _pool.submit(functools.partial(e.fn, **e.kwargs))
     try:
-        if e.is_async:
-            return await asyncio.wait_for(e.fn(**e.kwargs), e.timeout)
-        # a sync tool must not block the event loop: it runs in a thread, abandoned on timeout
-        return await asyncio.wait_for(
-            asyncio.to_thread(functools.partial(e.fn, **e.kwargs)), e.timeout
-        )
+        return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(fut)), e.timeout)
     except TimeoutError:
-        raise AttemptTimeout(e.timeout or 0.0) from None
+        if fut.done():
+            raise
+        raise AttemptTimeout(e.timeout or 0.0, fut) from None
 
 
 async def drive_async(plan: Plan[T], sleep: Callable[[float], Any] = asyncio.sleep) -> T:

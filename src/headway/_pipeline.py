@@ -25,6 +25,7 @@ from ._spec import ToolSpec
 from .audit import summarize
 from .budgets import diagnostic
 from .errors import ArgumentError, BudgetExceeded, LoopDetected, Stop
+from .idempotency import step_key
 from .outcome import Outcome, Status, error_info
 from .retry import (
     DEFAULT_RETRY,
@@ -74,6 +75,7 @@ class Call:
     result_digest: str | None = None
     result_size: int | None = None
     known: bool = True  # False for a tool name that is not registered
+    late: Any = None  # an attempt abandoned after a timeout, still running
 
 
 def result_text(value: Any) -> str:
@@ -117,7 +119,7 @@ def plan(
         if c.effect == "read":
             c.flags.append("key_ignored_on_read")
         else:
-            c.idem_key = idempotency_key or digest(gov.namespace, st.session_id, str(step_id))
+            c.idem_key = idempotency_key or step_key(gov.namespace, st.session_id, str(step_id))
     if c.effect == "read":
         yield from _read(gov, st, c)
     else:
@@ -308,6 +310,7 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
         except (AttemptTimeout, TimeoutError) as exc:
             failure: BaseException = exc
             timed_out = True
+            c.late = getattr(exc, "late", None)
         except Exception as exc:
             failure, timed_out = exc, False
         except BaseException:

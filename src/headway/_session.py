@@ -7,9 +7,9 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar, overload
 
@@ -29,6 +29,7 @@ from .similarity import DEFAULT_NORMALIZERS, Normalizer
 from .stores import MemoryStore, Store
 
 F = TypeVar("F", bound=Callable[..., Any])
+log = logging.getLogger("headway")
 
 
 class Governor:
@@ -56,6 +57,7 @@ class Governor:
         cache_gc_s: float = 86_400.0,
         idempotency_ttl_s: float = 86_400.0,
         in_progress_wait_s: float = 5.0,
+        lease_s: float | None = None,
         store_failure: str = "closed",
         breaker: Breaker | None = None,
         clock: Callable[[], float] = time.time,
@@ -86,6 +88,7 @@ class Governor:
         self.cache_gc_s = cache_gc_s
         self.idempotency_ttl_s = idempotency_ttl_s
         self.in_progress_wait_s = in_progress_wait_s
+        self.lease_s = lease_s
         self.store_failure = store_failure
         self.default_breaker = breaker or Breaker()
         self.clock = clock
@@ -196,15 +199,14 @@ class Governor:
                 if not self.store.add(self.generation_key(st.session_id), saved, self.cache_gc_s):
                     saved = self.store.get(self.generation_key(st.session_id)) or saved
             except Exception as exc:  # reads fail open: the session works, just uncached
-                warnings.warn(
-                    f"headway store unavailable at session start: {exc}",
-                    RuntimeWarning,
-                    stacklevel=3,
-                )
+                log.warning("store unavailable at session start (%s): %s", st.session_id, exc)
         st.generation.update({str(k): int(v) for k, v in saved.items()})
 
     def generation_key(self, session_id: str) -> str:
         return f"{self.namespace}:gen:{{{session_id}}}"
+
+    def idempotency_record_key(self, key: str) -> str:
+        return f"{self.namespace}:idem:{{{key}}}"
 
     def breaker_key(self, tool: str) -> str:
         return f"{self.namespace}:breaker:{{{tool}}}"
@@ -236,9 +238,7 @@ class Governor:
         return []
 
     def report_sink_error(self, sink: AuditSink, exc: Exception) -> None:
-        warnings.warn(
-            f"audit sink {type(sink).__name__} failed: {exc}", RuntimeWarning, stacklevel=2
-        )
+        log.error("audit sink %s failed: %s", type(sink).__name__, exc)
 
     def close(self) -> None:
         self.store.close()

@@ -40,6 +40,7 @@ class ToolSpec:
     fallback: Any = _NO_FALLBACK
     reconcile: Callable[[str, Mapping[str, Any]], Any] | None = None
     classify: Any = None
+    failed_final: bool = False
     redact: tuple[str, ...] = DEFAULT_REDACT
     is_async: bool = False
 

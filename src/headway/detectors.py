@@ -17,7 +17,17 @@ from typing import Any, Literal, Protocol
 
 from ._spec import ToolSpec
 from .outcome import Status, render
-from .similarity import SHORT, Normalizer, could_be_similar, jaccard, normalize, shingles
+from .similarity import (
+    SHORT,
+    SKETCH_FLOOR,
+    SKETCH_MIN,
+    Normalizer,
+    could_be_similar,
+    jaccard,
+    normalize,
+    shingles,
+    sketch,
+)
 
 Mark = Literal["progress", "no_progress", "waiting", "neutral"]
 _KEEP = 8192  # characters of a result kept per step
@@ -43,11 +53,17 @@ class Observation:
     duplicate: bool = False  # the result repeats one already in the window
     unchanged: bool = False  # the result equals that of the previous identical call
     _shingles: frozenset[str] | None = None
+    _sketch: frozenset[str] | None = None
 
     def grams(self) -> frozenset[str]:
         if self._shingles is None:
             self._shingles = shingles(self.norm or "")
         return self._shingles
+
+    def anchors(self) -> frozenset[str]:
+        if self._sketch is None:
+            self._sketch = sketch(self.norm or "")
+        return self._sketch
 
 
 class Detector(Protocol):
@@ -358,6 +374,9 @@ class Monitor:
             return False
         if not could_be_similar(len(na), len(nb), self.threshold):
             return False
+        sa, sb = a.anchors(), b.anchors()
+        if len(sa) >= SKETCH_MIN and len(sb) >= SKETCH_MIN and jaccard(sa, sb) < SKETCH_FLOOR:
+            return False  # clearly different: no exact comparison needed
         return jaccard(a.grams(), b.grams()) >= self.threshold
 
     def _push(self, step: Observation) -> None:

@@ -1,0 +1,136 @@
+"""Detector cost stays flat as a session grows; session memory stays bounded.
+
+    python bench/detector_cost.py [--quick]
+
+Measures, in one run, the per-call cost of all detectors together (the session's
+Monitor: before() + observation() + after()) at step 10 and at step 10,000 of one
+session, and the full per-call cost through a Governor at both points. Results are real
+tool results (mini-swe-agent observations, up to 800 characters) read from
+../shared/traces when present, else synthetic texts; three tools, 50 argument sets.
+Then the traced memory of one session after 1,000 and 10,000 calls.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+import headway
+from headway._spec import ToolSpec
+from headway.detectors import Monitor
+from headway.outcome import Status
+from headway.similarity import DEFAULT_NORMALIZERS
+
+TRACES = (
+    Path(__file__).resolve().parents[2]
+    / "shared"
+    / "traces"
+    / "miniswe_gemini3pro_swebv.calls.jsonl.gz"
+)
+SPECS = {
+    t: ToolSpec(name=t, fn=lambda **_: None, effect="read") for t in ("search", "open", "grep")
+}
+
+
+def corpus(n: int) -> list[str]:
+    """Real tool results (mini-swe-agent observations) when the traces are here; else
+    synthetic texts over a large vocabulary."""
+    if TRACES.exists():
+        with gzip.open(TRACES, "rt", encoding="utf-8") as fh:
+            texts = [json.loads(line)["observation"] for _, line in zip(range(n), fh, strict=False)]
+        return [t for t in texts if len(t) >= 64] or texts
+    rnd = random.Random(3)
+    vocab = [
+        "".join(rnd.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rnd.randint(3, 9)))
+        for _ in range(5000)
+    ]
+    return [" ".join(rnd.choice(vocab) for _ in range(rnd.randint(20, 150))) for _ in range(n)]
+
+
+TEXTS = corpus(4000)
+
+
+def feed(m: Monitor, step: int, rnd: random.Random) -> None:
+    tool = ("search", "open", "grep")[step % 3]
+    key = f"{tool}:{rnd.randint(0, 50)}"
+    result = TEXTS[step % len(TEXTS)]
+    m.before(SPECS[tool], key, "read", key)
+    obs = m.observation(step, tool, key, key[-8:], "read", Status.EXECUTED, result)
+    m.after(SPECS[tool], obs, None, now=float(step), session_limit=10**9)
+
+
+def monitor(steps: int, rnd: random.Random) -> Monitor:
+    m = Monitor(limit=10**9, window=32, normalizers=DEFAULT_NORMALIZERS)
+    for i in range(steps):
+        feed(m, i, rnd)
+    return m
+
+
+def per_step(monitors: list[Monitor], start: int, rnd: random.Random) -> float:
+    """Mean seconds for one step at ``start`` over fresh monitors (or consecutive steps)."""
+    t0 = time.perf_counter()
+    for i, m in enumerate(monitors):
+        feed(m, start + (0 if len(monitors) > 1 else i), rnd)
+    return (time.perf_counter() - t0) / len(monitors)
+
+
+def main() -> None:
+    quick = "--quick" in sys.argv
+    rounds = 5 if quick else 15
+    rnd = random.Random(7)
+    big = monitor(10_000, rnd)
+    best_small, best_big = float("inf"), float("inf")
+    for _ in range(rounds):
+        smalls = [monitor(10, rnd) for _ in range(200)]
+        best_small = min(best_small, per_step(smalls, 10, rnd))
+        t0 = time.perf_counter()
+        for i in range(200):
+            feed(big, 10_000 + i, rnd)
+        best_big = min(best_big, (time.perf_counter() - t0) / 200)
+    print("detectors (Monitor) per call")
+    print(f"  at step 10:      {best_small * 1e6:8.1f} us")
+    print(f"  at step 10,000:  {best_big * 1e6:8.1f} us   ratio {best_big / best_small:.2f}")
+
+    # the whole call through a Governor, at both points of one session
+    gov = headway.Governor(no_progress_limit=10**9)
+    results = iter(TEXTS * 10)
+    for t in ("search", "open", "grep"):
+        gov.register(t, lambda q: next(results), effect="read")
+    s = gov.session("long")
+
+    def calls(n: int) -> float:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            s.call(rnd.choice(("search", "open", "grep")), {"q": rnd.randint(0, 50)})
+        return (time.perf_counter() - t0) / n
+
+    for _ in range(10):
+        s.call("search", {"q": 1})
+    early = calls(50)
+    while s.steps < 10_000:
+        s.call(rnd.choice(("search", "open", "grep")), {"q": rnd.randint(0, 50)})
+    late = calls(50)
+    print("whole call through a Governor")
+    print(f"  at step ~10:     {early * 1e6:8.1f} us")
+    print(f"  at step ~10,000: {late * 1e6:8.1f} us   ratio {late / early:.2f}")
+
+    # memory of one session's state (its Monitor, meter and counters), audit kept apart
+    for n in (1_000, 10_000):
+        tracemalloc.start()
+        before = tracemalloc.take_snapshot()
+        m = monitor(n, rnd)
+        after = tracemalloc.take_snapshot()
+        size = sum(st.size_diff for st in after.compare_to(before, "filename"))
+        tracemalloc.stop()
+        print(
+            f"session detector state after {n:>6,} calls: {size / 1024:8.1f} KiB (window {m.window.maxlen})"
+        )
+
+
+if __name__ == "__main__":
+    main()
