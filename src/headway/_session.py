@@ -11,6 +11,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, TypeVar, overload
 
 from . import _pipeline
@@ -96,13 +97,44 @@ class Governor:
         self.rng = rng
         self.on_retry = on_retry
         self.agent = agent
+        self.tool_config: dict[str, dict[str, Any]] = {}
         self.flights = Flights()
         self.writes = Writes()
         self.breakers: dict[str, dict[str, Any]] = {}
+        self.default_budgets: Budgets | None = None
         self.breaker_lock = threading.Lock()
         self._specs: dict[str, ToolSpec] = {}
         self._sessions: dict[str, SessionState] = {}
         self._sessions_lock = threading.Lock()
+
+    @classmethod
+    def from_config(cls, path: str | Path, **overrides: Any) -> Governor:
+        """A Governor configured by a TOML file; ``register`` then applies each tool's table."""
+        from .config import load_config
+        from .stores import open_store
+
+        config = load_config(path)
+        options = {**config.governor, **overrides}
+        store = options.pop("store", None)
+        budgets = options.pop("budgets", None)
+        gov = cls(open_store(store) if isinstance(store, str) else store, **options)
+        gov.tool_config = config.tools
+        gov.default_budgets = budgets
+        return gov
+
+    def breaker_stats(self, tool: str) -> dict[str, Any]:
+        """The breaker's state as stored: ``state``, ``fails``, ``opens``, ``opened_at``..."""
+        spec = self._specs.get(tool)
+        b = spec.breaker if spec is not None and isinstance(spec.breaker, Breaker) else None
+        b = b or self.default_breaker
+        if b.shared:
+            state = self.store.get(self.breaker_key(tool))
+        else:
+            with self.breaker_lock:
+                state = self.breakers.get(tool)
+        return (
+            dict(state) if isinstance(state, dict) else {"state": "closed", "fails": 0, "opens": 0}
+        )
 
     # -- tools ---------------------------------------------------------------------
 
@@ -115,6 +147,7 @@ class Governor:
         merged = (
             {**options_from_mcp(annotations), **options} if annotations is not None else options
         )
+        merged.update(self.tool_config.get(name, {}))  # the operator's file wins
         spec = make_spec(name, fn, **merged)
         self._specs[name] = spec
         return spec
@@ -171,7 +204,7 @@ class Governor:
                 )
                 st = SessionState.new(
                     run_id,
-                    budgets=budgets or Budgets(),
+                    budgets=budgets or self.default_budgets or Budgets(),
                     monitor=monitor,
                     limit=limit,
                     now=self.clock(),
@@ -212,19 +245,8 @@ class Governor:
         return f"{self.namespace}:breaker:{{{tool}}}"
 
     def breaker_state(self, tool: str) -> str:
-        """'closed', 'open' or 'half_open' (per-process breakers; shared ones read the store)."""
-        spec = self._specs.get(tool)
-        b = (
-            spec.breaker
-            if spec is not None and isinstance(spec.breaker, Breaker)
-            else self.default_breaker
-        )
-        if b.shared:
-            state = self.store.get(self.breaker_key(tool))
-        else:
-            with self.breaker_lock:
-                state = self.breakers.get(tool)
-        return str(state["state"]) if isinstance(state, dict) else "closed"
+        """'closed', 'open' or 'half_open'."""
+        return str(self.breaker_stats(tool)["state"])
 
     # -- audit ---------------------------------------------------------------------
 
