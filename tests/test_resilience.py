@@ -538,7 +538,7 @@ def test_toml_configures_retry_breaker_and_fallback(tmp_path: Path) -> None:
     path.write_text(
         """
 [governor]
-store = "sqlite:///%s/h.db"
+store = "sqlite:///TMP/h.db"
 no_progress_limit = 9
 budgets = { tool_calls = 40 }
 
@@ -557,8 +557,7 @@ deadline_s = 10.0
 failures = 3
 cooldown_s = 30.0
 probes = 1
-"""
-        % tmp_path
+""".replace("TMP", str(tmp_path))
     )
     gov = headway.Governor.from_config(path)
     assert isinstance(gov.store, headway.SQLiteStore) and gov.no_progress_limit == 9
