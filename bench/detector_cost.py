@@ -100,7 +100,7 @@ def main() -> None:
     gov = headway.Governor(no_progress_limit=10**9)
     results = iter(TEXTS * 10)
     for t in ("search", "open", "grep"):
-        gov.register(t, lambda q: next(results), effect="read")
+        gov.register(t, lambda q: next(results), effect="read", timeout=None)  # inline
     s = gov.session("long")
 
     def calls(n: int) -> float:

@@ -65,6 +65,20 @@ def test_a_keyed_write_runs_once_and_replays(
     assert gov.audit_records("other-worker")[0]["idempotency_state"] == "completed"
 
 
+@pytest.mark.parametrize("bad", ["", 7, None])
+def test_bad_keys_are_argument_errors(clock: FakeClock, ledger: Ledger, bad: Any) -> None:
+    gov = gov_for(headway.MemoryStore(), clock)
+    gov.register("pay", charge_tool(ledger), effect="write")
+    s = gov.session("r")
+    if bad is None:
+        with pytest.raises(headway.ArgumentError, match="step_id"):
+            s.call("pay", {"order": "o", "amount": 1}, step_id="")
+    else:
+        with pytest.raises(headway.ArgumentError, match="idempotency_key"):
+            s.call("pay", {"order": "o", "amount": 1}, idempotency_key=bad)
+    assert ledger.counts() == {}
+
+
 def test_step_id_keys_are_scoped_to_their_run(
     store: headway.Store, clock: FakeClock, ledger: Ledger
 ) -> None:

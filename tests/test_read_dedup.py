@@ -260,3 +260,24 @@ def test_effect_function_routes_each_call(gov: headway.Governor) -> None:
 def test_invalid_specs_are_config_errors(gov: headway.Governor, bad: dict[str, Any]) -> None:
     with pytest.raises(headway.ConfigError):
         gov.register("t", ScriptedTool(["x"]), **bad)
+
+
+def test_followers_of_a_non_json_result_get_the_object() -> None:
+    gov = headway.Governor()
+    marker = object()
+
+    def slow() -> object:
+        time.sleep(0.2)
+        return marker
+
+    gov.register("obj", slow, effect="read", deterministic=True)
+    outs: list[headway.Outcome] = []
+    threads = [
+        threading.Thread(target=lambda: outs.append(gov.session("s").call("obj", {})))
+        for _ in range(4)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(o.value is marker for o in outs)

@@ -589,3 +589,14 @@ def test_config_errors_name_the_problem(tmp_path: Path, text: str, match: str) -
     path.write_text(text)
     with pytest.raises(headway.ConfigError, match=match):
         headway.Governor.from_config(path)
+
+
+def test_a_failing_on_retry_hook_never_breaks_the_call(clock: FakeClock) -> None:
+    def hook(info: dict[str, Any]) -> None:
+        raise RuntimeError("metrics backend down")
+
+    gov = headway.Governor(clock=clock, sleep=clock.sleep, on_retry=hook)
+    gov.register("q", flaky(1, ConnectionError("x")), effect="read")
+    out = gov.session("r").call("q", {})
+    assert out.status is Status.EXECUTED
+    assert any(f.startswith("on_retry_failed") for f in gov.audit_records("r")[0]["flags"])

@@ -116,6 +116,9 @@ def plan(
         )
         return settle(gov, st, c)
     if idempotency_key is not None or step_id is not None:
+        for label, value in (("idempotency_key", idempotency_key), ("step_id", step_id)):
+            if value is not None and (not isinstance(value, str) or not value):
+                raise ArgumentError(f"{label} must be a non-empty string, not {value!r}", label)
         if c.effect == "read":
             c.flags.append("key_ignored_on_read")
         else:
@@ -196,6 +199,7 @@ def _read(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
             c.status, c.value, c.error = shared[0], _copy(shared[1]), shared[2]
             c.cache_hit = c.status is Status.CACHED
             return
+    stored = False
     try:
         yield from execute(gov, st, c)
         if c.status is Status.EXECUTED:
@@ -206,24 +210,25 @@ def _read(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
                 ok = yield from store_op(
                     gov, c, "set", c.cache_key, entry, spec.ttl or gov.cache_gc_s
                 )
-                if ok is None:
+                stored = ok is not None
+                if not stored:
                     c.flags.append("not_cached")
             else:
                 c.flags.append("too_large_to_cache")
     finally:
         if leader:
             shared_status = Status.CACHED if c.status is Status.EXECUTED else c.status
-            gov.flights.land(c.cache_key, (shared_status, _share(c), c.error))
+            gov.flights.land(c.cache_key, (shared_status, _share(c, stored), c.error))
 
 
-def _share(c: Call) -> Any:
+def _share(c: Call, stored: bool) -> Any:
+    """What followers get: a copy through the stored JSON text when the result is JSON (so
+    no caller can change another's result), else the object itself."""
     if c.status is not Status.EXECUTED:
         return None
-    return (
-        ("json", c.text)
-        if c.text is not None and not isinstance(c.value, str)
-        else ("raw", c.value)
-    )
+    if stored and c.text is not None and not isinstance(c.value, str):
+        return ("json", c.text)
+    return ("raw", c.value)
 
 
 def _copy(shared: Any) -> Any:
@@ -240,6 +245,8 @@ def _generation(st: SessionState, tool: str) -> str:
 
 def invalidate(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
     """A write ran: the session's cached reads (or those it names) are no longer fresh."""
+    if not gov.has_session_cache():
+        return  # no tool caches per session: nothing to invalidate, no store round trip
     with st.lock:
         for name in c.spec.invalidates or ("*",):
             st.generation[name] = st.generation.get(name, 0) + 1
@@ -359,9 +366,11 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
                 return
             st.meter.count_retry(spec.name)
         if gov.on_retry is not None:
-            gov.on_retry(
-                {"tool": spec.name, "attempt": c.attempts, "delay_s": delay, "error": c.error}
-            )
+            info = {"tool": spec.name, "attempt": c.attempts, "delay_s": delay, "error": c.error}
+            try:
+                gov.on_retry(info)
+            except Exception as exc:  # a hook must never break the call
+                c.flags.append(f"on_retry_failed: {describe(exc)}"[:200])
         if delay > 0:
             yield Sleep(delay)
 

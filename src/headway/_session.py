@@ -171,6 +171,10 @@ class Governor:
 
         return wrap(fn) if fn is not None else wrap
 
+    def has_session_cache(self) -> bool:
+        """Whether any registered tool keeps a session-scoped read cache."""
+        return any(s.cacheable() and s.scope == "session" for s in self._specs.values())
+
     def spec(self, name: str) -> ToolSpec | None:
         return self._specs.get(name)
 
