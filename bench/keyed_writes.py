@@ -24,15 +24,12 @@ REDIS = "redis://127.0.0.1:6379/15"
 POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"
 
 
-def rate(fn: Callable[[int], Any], n: int, rounds: int = 3) -> float:
-    """Best of a few rounds: operations per second."""
-    best = 0.0
-    for r in range(rounds):
-        t0 = time.perf_counter()
-        for i in range(n):
-            fn(r * n + i)
-        best = max(best, n / (time.perf_counter() - t0))
-    return best
+def rate(fn: Callable[[int], Any], n: int, start: int) -> float:
+    """Operations per second over ``fn(start) .. fn(start + n - 1)`` (fresh keys)."""
+    t0 = time.perf_counter()
+    for i in range(start, start + n):
+        fn(i)
+    return n / (time.perf_counter() - t0)
 
 
 def headway_writes(store: headway.Store) -> Callable[[int], Any]:
@@ -161,9 +158,9 @@ def main() -> None:
         write = headway_writes(store)
         batch = max(50, n // 20)
         for k in range(20):
-            r1 = max(r1, rate(lambda i, k=k: one(k * batch + i), batch, 1))
-            r2 = max(r2, rate(lambda i, k=k: two(k * batch + i), batch, 1))
-            h = max(h, rate(lambda i, k=k: write(k * batch + i), batch, 1))
+            r1 = max(r1, rate(one, batch, k * batch))
+            r2 = max(r2, rate(two, batch, k * batch))
+            h = max(h, rate(write, batch, k * batch))
         rows.append((name, h, r1, r2))
         store.close()
     print(
