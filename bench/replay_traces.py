@@ -174,6 +174,25 @@ def replay_run(source: str, calls: list[dict[str, Any]]) -> dict[str, Any]:
     return dict(out)
 
 
+def peer_rules(source: str, calls: list[dict[str, Any]]) -> dict[str, bool]:
+    """The counting rules peers use, on the same replayed calls: 3 or 5 identical calls in a
+    row, or the same (call, result) pair seen 3 times."""
+    fired = {"3_in_a_row": False, "5_in_a_row": False, "same_pair_3x": False}
+    last, run = None, 0
+    pairs: collections.Counter[tuple[str, str]] = collections.Counter()
+    for rec in calls:
+        if skip(rec) is not None:
+            continue
+        key = rec["tool"] + json.dumps(rec["args"], sort_keys=True)
+        run = run + 1 if key == last else 1
+        last = key
+        pairs[(key, rec["obs_sha1"])] += 1
+        fired["3_in_a_row"] |= run >= 3
+        fired["5_in_a_row"] |= run >= 5
+        fired["same_pair_3x"] |= pairs[(key, rec["obs_sha1"])] >= 3
+    return fired
+
+
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     """95% Wilson score interval for a proportion."""
     if n == 0:
@@ -219,7 +238,11 @@ def main() -> None:
         path = a.traces / f"{source}.calls.jsonl.gz"
         if not path.exists():
             continue
-        results = {calls[0]["run_id"]: replay_run(source, calls) for calls in runs(path, a.limit)}
+        results: dict[str, dict[str, Any]] = {}
+        peers: dict[str, dict[str, bool]] = {}
+        for calls in runs(path, a.limit):
+            results[calls[0]["run_id"]] = replay_run(source, calls)
+            peers[calls[0]["run_id"]] = peer_rules(source, calls)
         tot = collections.Counter[str]()
         for r in results.values():
             tot.update(r)
@@ -243,6 +266,16 @@ def main() -> None:
         skipped = {k[9:]: v for k, v in tot.items() if k.startswith("skipped: ")}
         if skipped:
             print(f"{'':<26} not replayed: {skipped}")
+        for rule in ("3_in_a_row", "5_in_a_row", "same_pair_3x"):
+            hit = [rid for rid, p in peers.items() if p[rule]]
+            kills = [rid for rid in hit if (won.get(rid) or 0) >= 1]
+            line = f"{'':<26} peer rule {rule:<13} would stop {len(hit):>4} runs"
+            if any(v is not None for v in won.values()):
+                line += f", {len(kills)} of which succeeded"
+            if source == "magentic_one":
+                report = self_reported_loops(a.traces)
+                line += f", {sum(1 for rid in hit if report.get(rid))} of them self-reported loops"
+            print(line)
         signals = {k[12:]: v for k, v in tot.items() if k.startswith("stop_signal_")}
         if signals:
             print(f"{'':<26} stop signals: {signals}")
