@@ -17,6 +17,8 @@ def test_demo_runs_through_a_real_sqlite_governor(tmp_path: Path) -> None:
     summary = demo.run(headway.open_store(f"sqlite:///{tmp_path}/demo.db"), out)
     text = out.getvalue()
     assert summary["orders_placed"] == 2  # the identical orders both went through
+    assert summary["cards_charged"] == 1  # the timed-out charge was reconciled, not repeated
+    assert "replayed" in text and "fallback" in text and "LoopDetected: cycle" in text
     assert summary["executions_saved"] >= 5 and summary["stops"] >= 2
     assert "cached" in text and "corrected" in text and "LoopDetected" in text
     assert "BudgetExceeded: total_tool_calls" in text

@@ -547,3 +547,46 @@ def test_randomized_fault_schedules_across_four_processes(kind: str, tmp_path: P
             f"an acknowledged result was lost or wrong for {key}"
         )
     assert unresolved == [] or set(unresolved) <= set(acks)
+
+
+async def test_async_keyed_write_with_an_async_reconcile(
+    store: headway.Store, ledger: Ledger
+) -> None:
+    gov = headway.Governor(store=store)
+    attempts: list[int] = []
+
+    async def pay(order: str) -> dict[str, Any]:
+        attempts.append(1)
+        result = ledger.charge(order, 1)
+        if len(attempts) == 1:
+            raise TimeoutError("gateway timeout after the charge")
+        return result
+
+    async def find(key: str, args: Any) -> Any:
+        return ledger.lookup(args["order"])
+
+    gov.register("pay", pay, effect="write", reconcile=find)
+    s = gov.session("r")
+    first = await s.acall("pay", {"order": "o"}, idempotency_key="ak")
+    second = await s.acall("pay", {"order": "o"}, idempotency_key="ak")
+    third = s.call("pay", {"order": "o"}, idempotency_key="ak")
+    assert first.status is Status.UNKNOWN and second.status is Status.REPLAYED
+    assert second.value == ledger.lookup("o") and third.status is Status.REPLAYED
+    assert ledger.counts() == {"o": 1} and len(attempts) == 1
+
+
+def test_sync_call_with_an_async_reconcile(ledger: Ledger) -> None:
+    gov = headway.Governor()
+    gov.register(
+        "pay",
+        charge_tool(ledger, after=[TimeoutError("t")]),
+        effect="write",
+        reconcile=lambda key, args: _async_lookup(ledger, args["order"]),
+    )
+    s = gov.session("r")
+    assert s.call("pay", {"order": "o", "amount": 1}, idempotency_key="k").status is Status.UNKNOWN
+    assert s.call("pay", {"order": "o", "amount": 1}, idempotency_key="k").status is Status.REPLAYED
+
+
+async def _async_lookup(ledger: Ledger, order: str) -> Any:
+    return ledger.lookup(order)

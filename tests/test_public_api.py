@@ -38,6 +38,7 @@ def test_all_is_pinned_and_sorted() -> None:
         "ToolSpec",
         "__version__",
         "canonical_json",
+        "load_config",
         "open_store",
         "set_testing",
     }

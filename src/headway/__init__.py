@@ -12,6 +12,7 @@ from ._spec import ToolSpec
 from .audit import AuditSink, JSONLSink, LoggingSink, MemoryAudit, SQLiteAuditSink
 from .breaker import Breaker
 from .budgets import Budgets
+from .config import load_config
 from .detectors import Detector, Observation
 from .errors import (
     ArgumentError,
@@ -62,6 +63,7 @@ __all__ = [
     "ToolSpec",
     "__version__",
     "canonical_json",
+    "load_config",
     "open_store",
     "set_testing",
 ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
+import inspect
 import threading
 import time
 from collections.abc import Callable, Generator, Mapping
@@ -63,6 +64,10 @@ Plan = Generator[Effect, Any, T]
 _pool = concurrent.futures.ThreadPoolExecutor(max_workers=256, thread_name_prefix="headway-tool")
 
 
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
+
+
 def _run_coroutine(fn: Callable[..., Any], kwargs: Mapping[str, Any], timeout: float | None) -> Any:
     async def main() -> Any:
         return await asyncio.wait_for(fn(**kwargs), timeout)
@@ -97,6 +102,8 @@ def drive_sync(plan: Plan[T], sleep: Callable[[float], None] = time.sleep) -> T:
         try:
             if isinstance(effect, Blocking):
                 send = effect.fn(*effect.args)
+                if inspect.isawaitable(send):  # an async reconcile function, say
+                    send = _pool.submit(asyncio.run, _awaited(send)).result()
             elif isinstance(effect, Attempt):
                 send = _attempt_sync(effect, sleep)
             elif isinstance(effect, Sleep):
@@ -134,7 +141,9 @@ async def drive_async(plan: Plan[T], sleep: Callable[[float], Any] = asyncio.sle
         send, error = None, None
         try:
             if isinstance(effect, Blocking):
-                if effect.blocking:
+                if inspect.iscoroutinefunction(effect.fn):
+                    send = await effect.fn(*effect.args)
+                elif effect.blocking:
                     send = await asyncio.to_thread(effect.fn, *effect.args)
                 else:
                     send = effect.fn(*effect.args)

@@ -11,9 +11,11 @@ from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
 from ._session import Governor, Session
+from .breaker import Breaker
 from .budgets import Budgets
 from .errors import Stop
 from .outcome import Status
+from .retry import RETRYABLE, Retry
 from .stores import Store
 
 
@@ -34,6 +36,7 @@ class World:
     def __init__(self) -> None:
         self.executions = 0
         self.orders: list[dict[str, Any]] = []
+        self.charges: dict[str, dict[str, Any]] = {}  # the payment provider's ledger
         self.polls = 0
         self.tick = 0
 
@@ -92,6 +95,29 @@ def build(store: Store) -> tuple[Governor, World]:
         w.ran()
         return f"<html><title>{url}</title><body>{pages.get(url, 'Not found')}</body></html>"
 
+    def find_charge(key: str, args: Any) -> dict[str, Any] | None:
+        return w.charges.get(key)  # what a payment API offers: look up by idempotency key
+
+    @gov.tool(effect="write", reconcile=find_charge)
+    def charge_card(customer: str, cents: int, idempotency_key: str = "") -> dict[str, Any]:
+        w.ran()
+        first = not w.charges
+        w.charges[idempotency_key] = {"charge": f"ch-{len(w.charges) + 1}", "cents": cents}
+        if first:
+            raise TimeoutError("payment gateway timed out after charging")
+        return w.charges[idempotency_key]
+
+    @gov.tool(
+        effect="read",
+        retry=Retry(attempts=1),
+        breaker=Breaker(failures=2, cooldown_s=60),
+        fallback={"quote": None, "degraded": True},
+        classify=lambda exc: RETRYABLE,
+    )
+    def get_quote(ticker: str) -> dict[str, Any]:
+        w.ran()
+        raise ConnectionError("quote service unreachable")
+
     @gov.tool(effect="read")
     def run_shell(cmd: str) -> str:
         w.ran()
@@ -139,7 +165,19 @@ def scenes() -> Iterator[tuple[str, str, Script, Budgets | None]]:
     yield (
         "cycle",
         "an agent goes back and forth between two pages",
-        [("open_page", {"url": "/pricing"}), ("open_page", {"url": "/faq"})] * 4,
+        [("open_page", {"url": "/pricing"}), ("open_page", {"url": "/faq"})] * 5,
+        None,
+    )
+    yield (
+        "payment",
+        "a charge times out after the money moved; the retry is reconciled, not re-charged",
+        [("charge_card", {"customer": "c-9", "cents": 1999, "idempotency_key": "order-77"})] * 3,
+        None,
+    )
+    yield (
+        "failing",
+        "a quote service is down: the breaker opens, the fallback is served",
+        [("get_quote", {"ticker": t}) for t in ("AAPL", "MSFT", "NVDA", "AMZN")],
         None,
     )
     yield (
@@ -150,7 +188,9 @@ def scenes() -> Iterator[tuple[str, str, Script, Budgets | None]]:
     )
 
 
-def _note(status: Status, out_text: str, correction: str | None) -> str:
+def _note(
+    status: Status, out_text: str, correction: str | None, error: dict[str, Any] | None
+) -> str:
     notes = {
         Status.CACHED: "served from cache",
         Status.CORRECTED: "not run: model told to change course",
@@ -159,6 +199,8 @@ def _note(status: Status, out_text: str, correction: str | None) -> str:
         Status.FALLBACK: "fallback value",
     }
     note = notes.get(status, "")
+    if error is not None:
+        note = (note + "; " if note else "") + f"error {error.get('code')}"
     if status is Status.EXECUTED:
         note = out_text[:38]
     if correction and status is not Status.CORRECTED:
@@ -177,7 +219,8 @@ def run(store: Store, out: TextIO, on_scene: Callable[[str], None] | None = None
         s: Session = gov.session(f"demo-{name}", budgets=budgets)
         for tool, args in script:
             try:
-                o = s.call(tool, args)
+                key = args.get("idempotency_key")
+                o = s.call(tool, args, idempotency_key=key) if key else s.call(tool, args)
             except Stop as stop:
                 d = stop.diagnostic
                 stops.append(d)
@@ -204,7 +247,7 @@ def run(store: Store, out: TextIO, on_scene: Callable[[str], None] | None = None
                     _args(args),
                     o.status.value,
                     o.executed,
-                    _note(o.status, o.to_model(), o.correction),
+                    _note(o.status, o.to_model(), o.correction, o.error),
                 )
             )
             out.write(_fmt(rows[-1]) + "\n")
@@ -216,6 +259,7 @@ def run(store: Store, out: TextIO, on_scene: Callable[[str], None] | None = None
         "corrections": sum(r.status == "corrected" or "correction" in r.note for r in rows),
         "stops": len(stops),
         "orders_placed": len(world.orders),
+        "cards_charged": len(world.charges),
     }
     out.write(
         "\nsummary: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in summary.items()) + "\n"
