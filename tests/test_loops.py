@@ -376,3 +376,14 @@ def test_distinct_results_never_stop_a_session_by_a_loop_rule(
         out = s.call(tool, {"x": arg})
         assert out.status is Status.EXECUTED
     assert not s.stopped
+
+
+def test_every_correction_names_the_tool_the_count_and_the_arguments(gov: headway.Governor) -> None:
+    gov.register("open", ScriptedTool([lambda url: f"page {url}"]), effect="read")
+    gov.register("book", ScriptedTool([BookingError("total must be 1002")]))
+    s = gov.session("r")
+    cycle = run(s, [("open", {"url": "A"}), ("open", {"url": "B"})] * 3)[-1].to_model()
+    assert "open" in cycle and "3 times" in cycle and '{"url":"A"}' in cycle and "page" in cycle
+    s.user_turn()
+    error = run(s, [("book", {"amount": a}) for a in (1, 2, 3)])[-1].to_model()
+    assert "book" in error and "3 times" in error and '{"amount":3}' in error and "1002" in error

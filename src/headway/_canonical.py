@@ -87,34 +87,30 @@ def _plain_leaf(x: Any) -> bool | None:
     return False
 
 
+def _plain_values(values: Any) -> bool:
+    # leaves are checked inline (most arguments are flat): a call per container, not per value
+    for x in values:
+        tx = type(x)
+        if tx is str or tx is bool or (tx is int and -_MAX_SAFE <= x <= _MAX_SAFE):
+            continue
+        leaf = _plain_leaf(x)
+        if leaf is None:
+            leaf = _plain(x)
+        if not leaf:
+            return False
+    return True
+
+
 def _plain(v: Any) -> bool:
-    """True when the fast path encodes ``v`` exactly as RFC 8785 would. Leaves are checked
-    inline (most arguments are flat): a call per container, not per value."""
+    """True when the fast path encodes ``v`` exactly as RFC 8785 would."""
     t = type(v)
     if t is dict:
-        for k, x in v.items():
+        for k in v:
             if type(k) is not str or not k.isascii() or k.startswith("$"):
                 return False
-            tx = type(x)
-            if tx is str or tx is bool or (tx is int and -_MAX_SAFE <= x <= _MAX_SAFE):
-                continue
-            leaf = _plain_leaf(x)
-            if leaf is None:
-                leaf = _plain(x)
-            if not leaf:
-                return False
-        return True
+        return _plain_values(v.values())
     if t is list:
-        for x in v:
-            tx = type(x)
-            if tx is str or tx is bool or (tx is int and -_MAX_SAFE <= x <= _MAX_SAFE):
-                continue
-            leaf = _plain_leaf(x)
-            if leaf is None:
-                leaf = _plain(x)
-            if not leaf:
-                return False
-        return True
+        return _plain_values(v)
     return bool(_plain_leaf(v))
 
 

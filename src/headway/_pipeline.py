@@ -76,6 +76,7 @@ class Call:
     result_size: int | None = None
     known: bool = True  # False for a tool name that is not registered
     late: Any = None  # an attempt abandoned after a timeout, still running
+    reconcile_s: float | None = None  # time from UNKNOWN to resolution
 
 
 def result_text(value: Any) -> str:
@@ -165,7 +166,10 @@ def _read(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
         scope = (
             "global" if spec.scope == "global" else st.session_id + "#" + _generation(st, spec.name)
         )
-        c.cache_key = digest(gov.namespace, "cache", scope, spec.name, spec.version, c.args_digest)
+        # the arguments are already a sha256; the rest stays readable (and needs no hash)
+        c.cache_key = (
+            f"{gov.namespace}:cache:{{{scope}}}:{spec.name}:{spec.version}:{c.args_digest}"
+        )
         entry = yield from store_op(gov, c, "get", c.cache_key)
         if isinstance(entry, dict) and (spec.ttl is None or gov.clock() - entry["t"] < spec.ttl):
             fresh = entry
@@ -263,9 +267,20 @@ def store_op(gov: Governor, c: Call, op: str, *args: Any) -> Plan[Any]:
         else:  # an in-process store: no round trip through the driver
             result = getattr(store, op)(*args)
     except Exception as exc:
-        c.flags.append(f"store_error: {type(exc).__name__}: {exc}"[:300])
+        flag_store_error(c, exc)
         return None
     return True if result is None and op == "set" else result
+
+
+def flag_store_error(c: Call, exc: BaseException) -> None:
+    c.flags.append(f"store_error: {type(exc).__name__}: {describe(exc)}"[:300])
+
+
+def execute_write(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
+    """Run a write; if it may have acted, the session's cached reads are stale."""
+    yield from execute(gov, st, c)
+    if c.executed or c.status is Status.UNKNOWN:
+        yield from invalidate(gov, st, c)
 
 
 # -- attempts: timeout, retry, breaker ---------------------------------------------------
@@ -520,7 +535,15 @@ def settle(gov: Governor, st: SessionState, c: Call) -> Outcome:
                 text = c.text if c.text is not None else result_text(c.value)
                 c.text = text
             obs = st.monitor.observation(
-                index, spec.name, c.key, c.args_digest[:16], c.effect, c.status, text, c.fingerprint
+                index,
+                spec.name,
+                c.key,
+                c.args_digest[:16],
+                c.effect,
+                c.status,
+                text,
+                c.fingerprint,
+                c.canon,
             )
             v = st.monitor.after(spec, obs, c.value, now=now, session_limit=st.no_progress_limit)
             mark, signals = v.mark, v.signals
@@ -597,6 +620,7 @@ def _record(
         "coalesced": c.coalesced,
         "idempotency_key": c.idem_key,
         "idempotency_state": c.idem_state,
+        "reconcile_s": c.reconcile_s,
         "attempts": c.attempts,
         "breaker": c.breaker,
         "latency_ms": round((now - c.started) * 1000, 3),

@@ -2,7 +2,7 @@
 
 A record is a flat, JSON-serialisable dict with these fields: ``time, agent, session,
 step, tool, args_digest, args (redacted canonical JSON text), result_digest, result_size, status,
-executed, cache_hit, idempotency_key, idempotency_state, attempts, breaker, latency_ms,
+executed, cache_hit, idempotency_key, idempotency_state, reconcile_s, attempts, breaker, latency_ms,
 mark, signals, decision, would, error, budget, tokens_saved``.
 """
 
@@ -58,6 +58,7 @@ def secret_pattern(names: tuple[str, ...]) -> re.Pattern[str]:
     return re.compile("|".join(re.escape(n.lower()) for n in names) or "(?!)")
 
 
+@functools.lru_cache(maxsize=4096)  # repeated calls repeat their arguments
 def summarize(canonical: str, names: tuple[str, ...], limit: int = 1000) -> str:
     """The audit's ``args``: the canonical JSON text, redacted, cut at ``limit`` characters
     (a JSON string, like OpenTelemetry's ``gen_ai.tool.call.arguments``)."""

@@ -50,6 +50,7 @@ class Observation:
     norm: str | None = None  # normalised result text
     error: str | None = None  # error fingerprint
     mark: Mark = "neutral"
+    args: str = ""  # the canonical arguments (cut), for correction texts
     duplicate: bool = False  # the result repeats one already in the window
     unchanged: bool = False  # the result equals that of the previous identical call
     _shingles: frozenset[str] | None = None
@@ -166,11 +167,11 @@ class Monitor:
             period, _start = cycle
             recent = list(self.window)[-(2 * period - 1) :]
             if all(o.mark != "progress" for o in recent):
-                tools = ", ".join(o.tool for o in list(self.window)[-period:])
+                calls = ", ".join(f"{o.tool} {o.args[:120]}" for o in list(self.window)[-period:])
                 return (
-                    f"headway: you are repeating the same {period} calls ({tools}) in a cycle "
-                    "and their results did not change; going round again will not help: use "
-                    "the results you have, try a different approach, or finish." + _last(prev)
+                    f"headway: you called the same {period} tools in a cycle 3 times ({calls}) and "
+                    "their results did not change; going round again will not help: use the "
+                    "results you have, try a different approach, or finish." + _last(prev)
                 )
         return None
 
@@ -257,9 +258,10 @@ class Monitor:
                 signals["repeated_error"] = run
             if run >= 3:
                 correction = (
-                    f"headway: {step.tool} failed {run} times in a row with the same error: "
-                    f"{(step.text or '')[:500]!r}. The same approach will fail again: change the "
-                    "arguments, use another tool, or report the problem."
+                    f"headway: {step.tool} failed {run} times in a row with the same error "
+                    f"(last arguments {step.args[:300]}): {(step.text or '')[:500]!r}. The same "
+                    "approach will fail again: change the arguments, use another tool, or report "
+                    "the problem."
                 )
         elif status in _NEUTRAL:
             step.mark = "neutral"
@@ -287,15 +289,16 @@ class Monitor:
             if run >= limit:
                 stop, stop_kind = self._loop_diagnostic(limit, signals), "loop"
                 correction = correction or (
-                    f"headway: no progress in the last {run} steps; this run is being stopped."
+                    f"headway: no progress in the last {run} steps (the last: {step.tool} "
+                    f"{step.args[:200]}); this run is being stopped."
                 )
             elif (
                 run >= max(1, limit // 2) and correction is None and status is not Status.CORRECTED
             ):
                 correction = (
-                    f"headway: no progress in the last {run} steps (the results repeat what you "
-                    f"already have). Change your approach or finish; at {limit} steps without "
-                    "progress this run is stopped."
+                    f"headway: no progress in the last {run} steps: {step.tool} {step.args[:200]} "
+                    "returned what you already had. Change your approach or finish; at "
+                    f"{limit} steps without progress this run is stopped."
                 )
         return Verdict(step.mark, signals, correction, stop, stop_kind)
 
@@ -434,6 +437,7 @@ class Monitor:
         status: Status,
         text: str | None,
         error: str | None = None,
+        args: str = "",
     ) -> Observation:
         """A step to pass to ``after()``; stored texts are capped so memory stays bounded."""
         norm = None
@@ -445,7 +449,9 @@ class Monitor:
                 norm = norm[: _KEEP // 2] + "\x00" + full + norm[-_KEEP // 2 :]
         if text is not None and len(text) > _KEEP:
             text = text[:_KEEP]
-        return Observation(index, tool, key, args_digest, effect, status, text, norm, error)
+        obs = Observation(index, tool, key, args_digest, effect, status, text, norm, error)
+        obs.args = args if len(args) <= 300 else args[:300] + "..."
+        return obs
 
 
 def _last(prev: Observation | None) -> str:

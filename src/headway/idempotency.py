@@ -85,7 +85,7 @@ class Writes:
     # -- unkeyed: the UNKNOWN rule (§5.4) ---------------------------------------------
 
     def _unkeyed(self, gov: Governor, st: SessionState, c: Call) -> Plan[None]:
-        from ._pipeline import execute, invalidate
+        from ._pipeline import execute_write
 
         rkey = f"unkeyed:{st.session_id}:{c.spec.name}:{c.args_digest[:32]}"
         if rkey in st.unknown_writes:
@@ -95,18 +95,16 @@ class Writes:
                     st.unknown_writes.pop(rkey, None)
                 return
             st.unknown_writes.pop(rkey, None)
-        yield from execute(gov, st, c)
+        yield from execute_write(gov, st, c)
         if c.status is Status.UNKNOWN:
             c.reconcile_key = rkey
             st.unknown_writes[rkey] = gov.clock()
             self._keep_late(c, rkey)
-        if c.executed or c.status is Status.UNKNOWN:
-            yield from invalidate(gov, st, c)
 
     # -- keyed: exactly once per key (§5.2, §5.3) -------------------------------------
 
     def _keyed(self, gov: Governor, st: SessionState, c: Call) -> Plan[None]:
-        from ._pipeline import execute, invalidate
+        from ._pipeline import execute_write
 
         key = c.idem_key or ""
         rkey = gov.idempotency_record_key(key)
@@ -180,7 +178,7 @@ class Writes:
         # we own the key: run the tool once
         c.idem_state = "in_progress"
         try:
-            yield from execute(gov, st, c)
+            yield from execute_write(gov, st, c)
         except BaseException:
             # interrupted while the tool may have acted: UNKNOWN, never deleted
             try:
@@ -189,8 +187,6 @@ class Writes:
             finally:
                 c.idem_state = "unknown"
             raise
-        if c.executed or c.status is Status.UNKNOWN:
-            yield from invalidate(gov, st, c)
         yield from self._settle_claim(gov, c, rkey, claim)
 
     def _claim(self, gov: Governor, c: Call, owner: str, now: float) -> dict[str, Any]:
@@ -208,6 +204,8 @@ class Writes:
 
     def _settle_claim(self, gov: Governor, c: Call, rkey: str, claim: dict[str, Any]) -> Plan[None]:
         """Record what happened to the write we ran."""
+        from ._pipeline import flag_store_error
+
         key = c.idem_key or ""
         now = gov.clock()
         if c.status is Status.EXECUTED:
@@ -218,7 +216,7 @@ class Writes:
                 )
             except Exception as exc:
                 saved = False
-                c.flags.append(f"store_error: {type(exc).__name__}: {exc}"[:300])
+                flag_store_error(c, exc)
             if saved:
                 c.idem_state = "completed"
                 return
@@ -303,7 +301,7 @@ class Writes:
         c.status, c.value, c.idem_state = Status.REPLAYED, result, "completed"
         c.flags.append(f"reconciled_by_{found[0]}")
         if since is not None:
-            c.flags.append(f"time_to_reconcile_s={gov.clock() - since:.3f}")
+            c.reconcile_s = round(gov.clock() - since, 6)
         return "found"
 
     def _still_unknown(self, c: Call, why: str) -> str:
@@ -318,14 +316,12 @@ class Writes:
 
     def _store_down(self, gov: Governor, st: SessionState, c: Call, exc: Exception) -> Plan[None]:
         """The store cannot be reached at claim time: keyed writes fail closed by default."""
-        from ._pipeline import execute, invalidate
+        from ._pipeline import execute_write, flag_store_error
 
-        c.flags.append(f"store_error: {type(exc).__name__}: {exc}"[:300])
+        flag_store_error(c, exc)
         if gov.store_failure == "open":
             c.flags.append("store_failure_open")
-            yield from execute(gov, st, c)
-            if c.executed:
-                yield from invalidate(gov, st, c)
+            yield from execute_write(gov, st, c)
             return
         c.status, c.idem_state = Status.ERROR, "store_unavailable"
         c.error = error_info(

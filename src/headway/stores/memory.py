@@ -40,8 +40,13 @@ class MemoryStore:
                 del self._data[old]
 
     def get(self, key: str) -> Any | None:
-        with self._lock:
-            return loads(self._live(key, time.monotonic()))
+        item = self._data.get(key)  # a dict lookup is atomic: no lock on the read path
+        if item is None:
+            return None
+        if item[1] is not None and item[1] <= time.monotonic():
+            with self._lock:
+                return loads(self._live(key, time.monotonic()))
+        return loads(item[0])
 
     def set(self, key: str, value: Any, ttl_s: float | None = None) -> None:
         text = dumps(value)
