@@ -12,7 +12,6 @@ waits are yielded as effects (``_effects``) that the sync or async driver perfor
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 from collections.abc import Mapping
@@ -22,7 +21,7 @@ from . import breaker as brk
 from ._canonical import canonical_json, digest
 from ._effects import Attempt, AttemptTimeout, Blocking, Plan, Sleep, Wait
 from ._spec import ToolSpec
-from .audit import summarize
+from .audit import AuditRecord, args_field
 from .budgets import diagnostic
 from .errors import ArgumentError, BudgetExceeded, LoopDetected, Stop
 from .idempotency import step_key
@@ -44,17 +43,13 @@ if TYPE_CHECKING:
 _DIGITS = re.compile(r"\d+")
 
 
-@dataclasses.dataclass(slots=True)
 class Call:
-    """What the pipeline knows and decided about one call (becomes the audit record)."""
+    """What the pipeline knows and decided about one call (becomes the audit record).
 
-    spec: ToolSpec
-    args: Mapping[str, Any]
-    canon: str
-    args_digest: str
-    key: str  # detector key: tool + arguments without ignored fields
-    effect: str
-    started: float
+    A plain class with class-level defaults, not a dataclass: it is built on every call,
+    and only the fields a call actually sets are assigned.
+    """
+
     status: Status = Status.ERROR
     value: Any = None
     executed: bool = False
@@ -69,14 +64,37 @@ class Call:
     idem_key: str | None = None
     idem_state: str | None = None
     reconcile_key: str | None = None
+    reconcile_s: float | None = None  # time from UNKNOWN to resolution
     breaker: str = "closed"
-    flags: list[str] = dataclasses.field(default_factory=list)
+    flags: tuple[str, ...] = ()
     text: str | None = None  # the result as text (computed once)
     result_digest: str | None = None
     result_size: int | None = None
-    known: bool = True  # False for a tool name that is not registered
     late: Any = None  # an attempt abandoned after a timeout, still running
-    reconcile_s: float | None = None  # time from UNKNOWN to resolution
+
+    def __init__(
+        self,
+        spec: ToolSpec,
+        args: Mapping[str, Any],
+        canon: str,
+        args_digest: str,
+        key: str,
+        effect: str,
+        started: float,
+        known: bool = True,
+    ) -> None:
+        self.spec = spec
+        self.args = args
+        self.canon = canon
+        self.args_digest = args_digest
+        self.key = key  # detector key: tool + arguments without ignored fields
+        self.effect = effect
+        self.started = started
+        self.known = known  # False for a tool name that is not registered
+
+    def flag(self, text: str) -> None:
+        """Note something for the audit record's ``flags``."""
+        self.flags = (*self.flags, text)
 
 
 def result_text(value: Any) -> str:
@@ -121,7 +139,7 @@ def plan(
             if value is not None and (not isinstance(value, str) or not value):
                 raise ArgumentError(f"{label} must be a non-empty string, not {value!r}", label)
         if c.effect == "read":
-            c.flags.append("key_ignored_on_read")
+            c.flag("key_ignored_on_read")
         else:
             c.idem_key = idempotency_key or step_key(gov.namespace, st.session_id, str(step_id))
     if c.effect == "read":
@@ -216,9 +234,9 @@ def _read(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
                 )
                 stored = ok is not None
                 if not stored:
-                    c.flags.append("not_cached")
+                    c.flag("not_cached")
             else:
-                c.flags.append("too_large_to_cache")
+                c.flag("too_large_to_cache")
     finally:
         if leader:
             shared_status = Status.CACHED if c.status is Status.EXECUTED else c.status
@@ -273,7 +291,7 @@ def store_op(gov: Governor, c: Call, op: str, *args: Any) -> Plan[Any]:
 
 
 def flag_store_error(c: Call, exc: BaseException) -> None:
-    c.flags.append(f"store_error: {type(exc).__name__}: {describe(exc)}"[:300])
+    c.flag(f"store_error: {type(exc).__name__}: {describe(exc)}"[:300])
 
 
 def execute_write(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
@@ -377,7 +395,7 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
             return
         with st.lock:
             if not st.meter.retry_allowed(spec.name):
-                c.flags.append("retry_budget_exhausted")
+                c.flag("retry_budget_exhausted")
                 return
             st.meter.count_retry(spec.name)
         if gov.on_retry is not None:
@@ -385,7 +403,7 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
             try:
                 gov.on_retry(info)
             except Exception as exc:  # a hook must never break the call
-                c.flags.append(f"on_retry_failed: {describe(exc)}"[:200])
+                c.flag(f"on_retry_failed: {describe(exc)}"[:200])
         if delay > 0:
             yield Sleep(delay)
 
@@ -457,7 +475,7 @@ def _circuit_open(c: Call, retry_after: float) -> None:
             c.value = fb(c.args) if callable(fb) else fb
             c.status = Status.FALLBACK
         except Exception as exc:
-            c.flags.append(f"fallback_failed: {describe(exc)}"[:200])
+            c.flag(f"fallback_failed: {describe(exc)}"[:200])
         else:
             return
     c.status = Status.ERROR
@@ -577,9 +595,14 @@ def settle(gov: Governor, st: SessionState, c: Call) -> Outcome:
     )
     if gov.sinks:
         record = _record(gov, st, c, outcome, now, mark, signals, budget, last_progress)
-        for sink in gov.sinks:
+        plain: dict[str, Any] | None = None
+        for sink, lazy in gov.sink_modes:
             try:
-                sink.write(record)
+                if lazy:
+                    sink.write(record)
+                else:
+                    plain = plain if plain is not None else record.to_dict()
+                    sink.write(plain)
             except Exception as exc:  # an audit sink must never break a call
                 gov.report_sink_error(sink, exc)
     return outcome
@@ -595,46 +618,51 @@ def _record(
     signals: dict[str, Any],
     budget: dict[str, Any],
     last_progress: int | None,
-) -> dict[str, Any]:
-    text = c.text
-    if c.result_digest is None and text is None and out.value is not None:
-        text = result_text(out.value)
-    if c.result_digest is None and text is not None:
-        c.result_digest, c.result_size = digest(text), len(text)
+) -> AuditRecord:
+    if c.result_digest is None:
+        text = c.text
+        if text is None and out.value is not None:
+            text = result_text(out.value)
+        if text is not None:
+            c.result_digest, c.result_size = digest(text), len(text)
     saved = 0
-    if c.status in (Status.CACHED, Status.REPLAYED, Status.CORRECTED):
+    if c.status is Status.CACHED or c.status is Status.REPLAYED or c.status is Status.CORRECTED:
         saved = (c.result_size or 0) // 4
-    return {
-        "time": now,
-        "agent": st.agent,
-        "session": st.session_id,
-        "step": out.step,
-        "tool": out.tool,
-        "args_digest": c.args_digest,
-        "args": summarize(c.canon, c.spec.redact),
-        "result_digest": c.result_digest,
-        "result_size": c.result_size,
-        "status": c.status.value,
-        "executed": c.executed,
-        "cache_hit": c.cache_hit,
-        "coalesced": c.coalesced,
-        "idempotency_key": c.idem_key,
-        "idempotency_state": c.idem_state,
-        "reconcile_s": c.reconcile_s,
-        "attempts": c.attempts,
-        "breaker": c.breaker,
-        "latency_ms": round((now - c.started) * 1000, 3),
-        "mark": mark,
-        "signals": signals,
-        "decision": _decision(c),
-        "would": c.would,
-        "error": c.error.get("code") if c.error else None,
-        "correction": out.correction is not None,
-        "budget": budget,
-        "last_progress_step": last_progress,
-        "tokens_saved": saved,
-        "flags": c.flags,
-    }
+    redact = c.spec.redact
+    return AuditRecord(
+        [
+            now,
+            st.agent,
+            st.session_id,
+            out.step,
+            out.tool,
+            c.args_digest,
+            args_field(c.canon, redact),
+            c.result_digest,
+            c.result_size,
+            c.status.value,
+            c.executed,
+            c.cache_hit,
+            c.coalesced,
+            c.idem_key,
+            c.idem_state,
+            c.reconcile_s,
+            c.attempts,
+            c.breaker,
+            round((now - c.started) * 1000, 3),
+            mark,
+            signals,
+            _decision(c),
+            c.would,
+            c.error.get("code") if c.error else None,
+            out.correction is not None,
+            budget,
+            last_progress,
+            saved,
+            c.flags,
+        ],
+        redact,
+    )
 
 
 _DECISIONS = {

@@ -85,6 +85,7 @@ class Governor:
         self.sinks: tuple[AuditSink, ...] = (
             (self.audit,) if self.audit is not None else tuple(audit or ())
         )
+        self.sink_modes = tuple((s, bool(getattr(s, "lazy", False))) for s in self.sinks)
         self.max_cached_bytes = max_cached_bytes
         self.cache_gc_s = cache_gc_s
         self.idempotency_ttl_s = idempotency_ttl_s

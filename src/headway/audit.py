@@ -15,7 +15,7 @@ import logging
 import re
 import sqlite3
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -24,9 +24,67 @@ _REDACTED = "[redacted]"
 
 @runtime_checkable
 class AuditSink(Protocol):
-    """Receives every audit record; must not raise (failures are the sink's to report)."""
+    """Receives every audit record as a plain dict (a sink with ``lazy = True`` receives an
+    ``AuditRecord`` instead, read like a mapping). Failures are logged, never raised."""
 
     def write(self, record: Mapping[str, Any]) -> None: ...
+
+
+FIELDS = (
+    "time", "agent", "session", "step", "tool", "args_digest", "args", "result_digest",
+    "result_size", "status", "executed", "cache_hit", "coalesced", "idempotency_key",
+    "idempotency_state", "reconcile_s", "attempts", "breaker", "latency_ms", "mark", "signals",
+    "decision", "would", "error", "correction", "budget", "last_progress_step", "tokens_saved",
+    "flags",
+)  # fmt: skip
+_INDEX = {name: i for i, name in enumerate(FIELDS)}
+_ARGS = _INDEX["args"]
+
+
+class AuditRecord(Mapping[str, Any]):
+    """One call's record: its values in ``FIELDS`` order, read as a mapping.
+
+    Built on every call, so nothing is computed until read: ``args`` (the redacted
+    canonical text) is derived on first access, and ``to_dict()`` makes the plain dict
+    that serialising sinks receive. Every value held is immutable or owned by the record.
+    """
+
+    __slots__ = ("_redact", "_values")
+
+    def __init__(self, values: list[Any], redact: tuple[str, ...]) -> None:
+        self._values = values
+        self._redact = redact
+
+    def __getitem__(self, key: str) -> Any:
+        i = _INDEX[key]
+        if i == _ARGS and isinstance(self._values[i], _Canonical):
+            self._values[i] = summarize(self._values[i].text, self._redact)
+        return self._values[i]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(FIELDS)
+
+    def __len__(self) -> int:
+        return len(FIELDS)
+
+    def to_dict(self) -> dict[str, Any]:
+        record = {name: self[name] for name in FIELDS}
+        record["flags"] = list(record["flags"])
+        return record
+
+
+class _Canonical:
+    """Canonical argument text not yet summarised (kept only when short: memory stays bounded)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def args_field(canonical: str, redact: tuple[str, ...]) -> Any:
+    """The ``args`` value of a record: summarised now if long, else on first read."""
+    return _Canonical(canonical) if len(canonical) <= 1000 else summarize(canonical, redact)
 
 
 @runtime_checkable
@@ -73,6 +131,8 @@ def summarize(canonical: str, names: tuple[str, ...], limit: int = 1000) -> str:
 class MemoryAudit:
     """Keeps the most recent records of each session in memory (a public test double too)."""
 
+    lazy = True  # holds AuditRecords; dicts are made when read
+
     def __init__(self, *, per_session: int = 10_000, sessions: int = 1_000) -> None:
         self._by_session: collections.OrderedDict[str, collections.deque[dict[str, Any]]] = (
             collections.OrderedDict()
@@ -82,18 +142,19 @@ class MemoryAudit:
         self._lock = threading.Lock()
 
     def write(self, record: Mapping[str, Any]) -> None:
-        sid = str(record.get("session"))
+        sid = str(record["session"])
         with self._lock:
             queue = self._by_session.get(sid)
             if queue is None:
                 queue = self._by_session[sid] = collections.deque(maxlen=self._per_session)
                 while len(self._by_session) > self._sessions:
                     self._by_session.popitem(last=False)
-            queue.append(record)  # type: ignore[arg-type]  # records are fresh dicts: no copy
+            queue.append(record)  # type: ignore[arg-type]  # records are fresh: no copy
 
     def records(self, session_id: str) -> list[dict[str, Any]]:
         with self._lock:
-            return [dict(r) for r in self._by_session.get(session_id, ())]
+            kept = list(self._by_session.get(session_id, ()))
+        return [r.to_dict() if isinstance(r, AuditRecord) else dict(r) for r in kept]
 
 
 class JSONLSink:

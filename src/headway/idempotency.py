@@ -283,7 +283,7 @@ class Writes:
             return self._still_unknown(c, f"{c.spec.name} has no reconcile function")
         if found is None:
             self.late.forget(key)
-            c.flags.append("reconciled_absent")
+            c.flag("reconciled_absent")
             return "absent"
         result = found[1]
         if rkey is not None and record is not None:
@@ -299,7 +299,7 @@ class Writes:
                 return "raced"
         self.late.forget(key)
         c.status, c.value, c.idem_state = Status.REPLAYED, result, "completed"
-        c.flags.append(f"reconciled_by_{found[0]}")
+        c.flag(f"reconciled_by_{found[0]}")
         if since is not None:
             c.reconcile_s = round(gov.clock() - since, 6)
         return "found"
@@ -320,7 +320,7 @@ class Writes:
 
         flag_store_error(c, exc)
         if gov.store_failure == "open":
-            c.flags.append("store_failure_open")
+            c.flag("store_failure_open")
             yield from execute_write(gov, st, c)
             return
         c.status, c.idem_state = Status.ERROR, "store_unavailable"
