@@ -16,6 +16,7 @@ from typing import Any, TypeVar, overload
 
 from . import _pipeline
 from ._effects import Flights, drive_async, drive_sync
+from ._settle import check_stop
 from ._spec import ToolSpec, make_spec, options_from_mcp
 from ._state import SessionState
 from .audit import AuditSink, MemoryAudit
@@ -322,7 +323,7 @@ class Session:
     def record_turn(self, *, tokens: int = 0, cost: float = 0.0) -> None:
         """Report one model turn; the next call stops if a turn, token or cost budget ran out."""
         gov, st = self.governor, self._st
-        _pipeline.check_stop(gov, st)
+        check_stop(gov, st)
         with st.lock:
             reached = st.meter.count_turn(tokens, cost)
             if reached is not None:

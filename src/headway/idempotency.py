@@ -31,7 +31,7 @@ from .errors import KeyReuseError, StoreError
 from .outcome import Status, error_info
 
 if TYPE_CHECKING:
-    from ._pipeline import Call
+    from ._call import Call
     from ._session import Governor
     from ._state import SessionState
 

@@ -1,0 +1,236 @@
+"""Running a tool (semantics §7, §8): attempts with timeouts, retries when eligible, and
+the circuit breaker around each attempt. Like the pipeline, it only yields effects."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from . import breaker as brk
+from ._call import Call, describe
+from ._effects import Attempt, AttemptTimeout, Blocking, Plan, Sleep
+from ._spec import ToolSpec
+from .outcome import Status, error_info
+from .retry import (
+    DEFAULT_RETRY,
+    NO_RETRY,
+    NON_RETRYABLE,
+    RETRYABLE,
+    Classification,
+    Retry,
+    default_classify,
+)
+
+if TYPE_CHECKING:
+    from ._session import Governor
+    from ._state import SessionState
+
+_DIGITS = re.compile(r"\d+")
+
+
+def _policy(gov: Governor, c: Call) -> Retry:
+    if not gov.enforce:
+        return NO_RETRY
+    spec = c.spec
+    safe = c.effect == "read" or spec.idempotent or c.idem_key is not None
+    if not safe:
+        return NO_RETRY
+    return spec.retry if isinstance(spec.retry, Retry) else DEFAULT_RETRY
+
+
+def _breaker(gov: Governor, spec: ToolSpec) -> brk.Breaker | None:
+    if not gov.enforce or spec.breaker is False:
+        return None
+    return spec.breaker if isinstance(spec.breaker, brk.Breaker) else gov.default_breaker
+
+
+def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
+    """Run the tool: attempts with timeouts, retries when eligible, breaker around each."""
+    spec = c.spec
+    policy = _policy(gov, c)
+    b = _breaker(gov, spec)
+    classify = spec.classify or default_classify
+    start = gov.clock()
+    while True:
+        probe = False
+        if b is not None:
+            lease = b.probe_lease_s or spec.timeout or 60.0
+            now = gov.clock()
+            decision, retry_after = yield from breaker_update(
+                gov, spec, b, lambda s, n=now, le=lease: brk.admit(b, s, n, le)
+            )
+            c.breaker = {"allow": "closed", "probe": "half_open", "reject": "open"}[decision]
+            if decision == "reject":
+                _circuit_open(c, retry_after)
+                return
+            probe = decision == "probe"
+        timeout = spec.timeout
+        if policy.deadline_s is not None:
+            left = policy.deadline_s - (gov.clock() - start)
+            timeout = left if timeout is None else min(timeout, left)
+        c.attempts += 1
+        try:
+            c.value = yield Attempt(spec.fn, c.args, timeout, spec.is_async)
+        except (AttemptTimeout, TimeoutError) as exc:
+            failure: BaseException = exc
+            timed_out = True
+            c.late = getattr(exc, "late", None)
+        except Exception as exc:
+            failure, timed_out = exc, False
+        except BaseException:
+            # cancellation and interrupts are never retried and never counted
+            if b is not None:
+                yield from breaker_update(
+                    gov, spec, b, lambda s, p=probe: (brk.release(s, p), None)
+                )
+            raise
+        else:
+            c.status, c.executed, c.error = Status.EXECUTED, True, None
+            if b is not None:
+                now = gov.clock()
+                yield from breaker_update(
+                    gov, spec, b, lambda s, n=now, p=probe: (brk.record(b, s, True, p, n), None)
+                )
+            return
+        c.executed = True
+        verdict = _classify(classify, failure, timed_out, spec)
+        if b is not None:
+            now = gov.clock()
+            if _ignored(b, failure, verdict, timed_out):
+                yield from breaker_update(
+                    gov, spec, b, lambda s, p=probe: (brk.release(s, p), None)
+                )
+            else:
+                yield from breaker_update(
+                    gov, spec, b, lambda s, n=now, p=probe: (brk.record(b, s, False, p, n), None)
+                )
+        c.value = None
+        if timed_out and c.effect == "write":
+            # the remote may have acted: never retried blindly, reconciled on next use
+            c.status = Status.UNKNOWN
+            c.error = error_info(
+                "timeout", describe(failure), retryable=False, hint="Do not repeat this call."
+            )
+            return
+        _fail(c, failure, verdict, timed_out)
+        elapsed = gov.clock() - start
+        delay = policy.next_delay(c.attempts, verdict, elapsed, gov.rng)
+        if delay is None:
+            return
+        with st.lock:
+            if not st.meter.retry_allowed(spec.name):
+                c.flag("retry_budget_exhausted")
+                return
+            st.meter.count_retry(spec.name)
+        if gov.on_retry is not None:
+            info = {"tool": spec.name, "attempt": c.attempts, "delay_s": delay, "error": c.error}
+            try:
+                gov.on_retry(info)
+            except Exception as exc:  # a hook must never break the call
+                c.flag(f"on_retry_failed: {describe(exc)}"[:200])
+        if delay > 0:
+            yield Sleep(delay)
+
+
+def _classify(classify: Any, exc: BaseException, timed_out: bool, spec: ToolSpec) -> Classification:
+    if timed_out:
+        return RETRYABLE  # a read that timed out is worth another look; writes never get here
+    if isinstance(exc, TypeError) and _bad_arguments(spec, exc):
+        return NON_RETRYABLE
+    try:
+        verdict: Classification = classify(exc)
+    except Exception:
+        return NON_RETRYABLE
+    return verdict
+
+
+def _bad_arguments(spec: ToolSpec, exc: TypeError) -> bool:
+    text = describe(exc)
+    name = getattr(spec.fn, "__name__", "\x00")
+    return "argument" in text and (name in text or "positional" in text or "keyword" in text)
+
+
+def _ignored(b: brk.Breaker, exc: BaseException, verdict: Classification, timed_out: bool) -> bool:
+    """A breaker counts failures of the tool's service (timeouts, errors classified as
+    transient), not answers about the request (NON_RETRYABLE: bad input, business rules),
+    and never the exceptions named in ``Breaker.ignore``."""
+    if b.ignore and isinstance(exc, b.ignore):
+        return True
+    return not timed_out and verdict is NON_RETRYABLE
+
+
+def _fail(c: Call, exc: BaseException, verdict: Classification, timed_out: bool) -> None:
+    name = type(exc).__name__
+    text = describe(exc)
+    message = f"{name}: {text}"[:2000]
+    retryable = verdict is not NON_RETRYABLE
+    if timed_out:
+        code, hint = "timeout", "The tool did not answer in time; a later retry may succeed."
+    elif isinstance(exc, TypeError) and _bad_arguments(c.spec, exc):
+        code, hint = (
+            "invalid_arguments",
+            "The arguments do not match the tool's parameters: fix them.",
+        )
+    else:
+        code = "tool_error"
+        hint = (
+            "This looks transient; retrying later may succeed."
+            if retryable
+            else "Check the arguments against the tool's description, or use another tool."
+        )
+    c.status = Status.ERROR
+    c.error = error_info(code, message, retryable=retryable, hint=hint)
+    c.fingerprint = f"{name}:{_DIGITS.sub('#', text)[:300]}"
+
+
+def _circuit_open(c: Call, retry_after: float) -> None:
+    spec = c.spec
+    if spec.has_fallback:
+        fb = spec.fallback
+        try:
+            c.value = fb(c.args) if callable(fb) else fb
+            c.status = Status.FALLBACK
+        except Exception as exc:
+            c.flag(f"fallback_failed: {describe(exc)}"[:200])
+        else:
+            return
+    c.status = Status.ERROR
+    c.fingerprint = "circuit_open"  # calling it again anyway is a repeated error
+    c.error = error_info(
+        "circuit_open",
+        f"{spec.name} is failing and its circuit breaker is open",
+        retryable=True,
+        hint=f"Do not call {spec.name} for {retry_after:.1f} s; use another tool or continue without it.",
+        retry_after=round(retry_after, 3),
+    )
+
+
+def breaker_update(gov: Governor, spec: ToolSpec, b: brk.Breaker, fn: Any) -> Plan[Any]:
+    """Apply a pure transition ``fn(state) -> (state, result)`` atomically."""
+    if not b.shared:
+        with gov.breaker_lock:
+            state = gov.breakers.get(spec.name, brk.CLOSED)
+            new, result = fn(state)
+            if new is not state:
+                gov.breakers[spec.name] = new
+        return result
+    key = gov.breaker_key(spec.name)
+    store = gov.store
+    for _ in range(1000):  # optimistic concurrency: retry on a lost compare-and-set
+        try:
+            current = yield Blocking(store.get, (key,), store.blocking)
+            state = current if isinstance(current, dict) else brk.CLOSED
+            new, result = fn(state)
+            if new is state:
+                return result
+            if current is None:
+                won = yield Blocking(store.add, (key, new, None), store.blocking)
+            else:
+                won = yield Blocking(store.swap, (key, current, new, None), store.blocking)
+        except Exception:
+            if b.on_store_error == "open":
+                return ("reject", b.cooldown_s)
+            return ("allow", 0.0)
+        if won:
+            return result
+    return ("reject", 0.1)

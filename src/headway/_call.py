@@ -1,0 +1,81 @@
+"""The record of one call as the pipeline fills it in (and the audit reads it)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from ._spec import ToolSpec
+from .outcome import Status
+
+
+class Call:
+    """What the pipeline knows and decided about one call (becomes the audit record).
+
+    A plain class with class-level defaults, not a dataclass: it is built on every call,
+    and only the fields a call actually sets are assigned.
+    """
+
+    status: Status = Status.ERROR
+    value: Any = None
+    executed: bool = False
+    error: dict[str, Any] | None = None
+    fingerprint: str | None = None
+    attempts: int = 0
+    cache_key: str | None = None
+    cache_hit: bool = False
+    coalesced: bool = False
+    correction: str | None = None
+    would: str | None = None
+    idem_key: str | None = None
+    idem_state: str | None = None
+    reconcile_key: str | None = None
+    reconcile_s: float | None = None  # time from UNKNOWN to resolution
+    breaker: str = "closed"
+    flags: tuple[str, ...] = ()
+    text: str | None = None  # the result as text (computed once)
+    result_digest: str | None = None
+    result_size: int | None = None
+    late: Any = None  # an attempt abandoned after a timeout, still running
+
+    def __init__(
+        self,
+        spec: ToolSpec,
+        args: Mapping[str, Any],
+        canon: str,
+        args_digest: str,
+        key: str,
+        effect: str,
+        started: float,
+        known: bool = True,
+    ) -> None:
+        self.spec = spec
+        self.args = args
+        self.canon = canon
+        self.args_digest = args_digest
+        self.key = key  # detector key: tool + arguments without ignored fields
+        self.effect = effect
+        self.started = started
+        self.known = known  # False for a tool name that is not registered
+
+    def flag(self, text: str) -> None:
+        """Note something for the audit record's ``flags``."""
+        self.flags = (*self.flags, text)
+
+
+def result_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def describe(exc: BaseException) -> str:
+    """str(exc), even for exceptions whose __str__ fails."""
+    try:
+        return str(exc)
+    except Exception:
+        return f"<{type(exc).__name__}: message unavailable>"

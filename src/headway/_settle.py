@@ -1,0 +1,178 @@
+"""Settling a call (semantics §2, §4, §10): budgets, the progress mark and signals,
+escalation and stops, the audit record, and the Outcome the caller gets."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ._call import Call, result_text
+from ._canonical import digest
+from .audit import AuditRecord, args_field
+from .budgets import diagnostic
+from .errors import BudgetExceeded, LoopDetected, Stop
+from .outcome import Outcome, Status
+
+if TYPE_CHECKING:
+    from ._session import Governor
+    from ._state import SessionState
+
+
+def check_stop(gov: Governor, st: SessionState) -> None:
+    """Raise the session's stop, if any; check the wall clock."""
+    if st.stop is not None:
+        raise type(st.stop)(st.stop.diagnostic)
+    over = st.meter.wall_clock(gov.clock())
+    if over is not None:
+        diag = diagnostic(*over, st.steps, st.monitor.last_progress_step)
+        if gov.enforce:
+            st.stop = BudgetExceeded(diag)
+            raise BudgetExceeded(diag)
+        st.would_stop = st.would_stop or diag
+
+
+def settle(gov: Governor, st: SessionState, c: Call) -> Outcome:
+    spec = c.spec
+    now = gov.clock()
+    with st.lock:
+        index = st.steps
+        st.steps += 1
+        reached = st.meter.count_call(spec.name)
+        signals: dict[str, Any] = {}
+        mark = "neutral"
+        correction = c.correction
+        stop: Stop | None = None
+        if c.known and not c.coalesced:
+            text = c.error.get("message") if c.error else None
+            if c.status in (Status.EXECUTED, Status.REPLAYED, Status.FALLBACK):
+                text = c.text if c.text is not None else result_text(c.value)
+                c.text = text
+            obs = st.monitor.observation(
+                index,
+                spec.name,
+                c.key,
+                c.args_digest[:16],
+                c.effect,
+                c.status,
+                text,
+                c.fingerprint,
+                c.canon,
+            )
+            v = st.monitor.after(spec, obs, c.value, now=now, session_limit=st.no_progress_limit)
+            mark, signals = v.mark, v.signals
+            if correction is None:
+                correction = v.correction
+            if v.stop is not None:
+                stop = LoopDetected(v.stop) if v.stop_kind == "loop" else BudgetExceeded(v.stop)
+        if stop is None and reached is not None:
+            stop = BudgetExceeded(diagnostic(*reached, index, st.monitor.last_progress_step))
+        if stop is not None:
+            if gov.enforce:
+                st.stop = st.stop or stop
+            else:
+                st.would_stop = st.would_stop or stop.diagnostic
+        if not gov.enforce and st.would_stop is not None:
+            c.would = "stop"
+        budget = st.meter.consumption(spec.name)
+        last_progress = st.monitor.last_progress_step
+    outcome = Outcome(
+        status=c.status,
+        tool=spec.name,
+        value=c.value
+        if c.status in (Status.EXECUTED, Status.CACHED, Status.REPLAYED, Status.FALLBACK)
+        else None,
+        executed=c.executed,
+        error=c.error,
+        correction=correction,
+        reconcile_key=c.reconcile_key,
+        step=index,
+        attempts=c.attempts,
+    )
+    if gov.sinks:
+        record = _record(gov, st, c, outcome, now, mark, signals, budget, last_progress)
+        plain: dict[str, Any] | None = None
+        for sink, lazy in gov.sink_modes:
+            try:
+                if lazy:
+                    sink.write(record)
+                else:
+                    plain = plain if plain is not None else record.to_dict()
+                    sink.write(plain)
+            except Exception as exc:  # an audit sink must never break a call
+                gov.report_sink_error(sink, exc)
+    return outcome
+
+
+def _record(
+    gov: Governor,
+    st: SessionState,
+    c: Call,
+    out: Outcome,
+    now: float,
+    mark: str,
+    signals: dict[str, Any],
+    budget: dict[str, Any],
+    last_progress: int | None,
+) -> AuditRecord:
+    if c.result_digest is None:
+        text = c.text
+        if text is None and out.value is not None:
+            text = result_text(out.value)
+        if text is not None:
+            c.result_digest, c.result_size = digest(text), len(text)
+    saved = 0
+    if c.status is Status.CACHED or c.status is Status.REPLAYED or c.status is Status.CORRECTED:
+        saved = (c.result_size or 0) // 4
+    redact = c.spec.redact
+    return AuditRecord(
+        [
+            now,
+            st.agent,
+            st.session_id,
+            out.step,
+            out.tool,
+            c.args_digest,
+            args_field(c.canon, redact),
+            c.result_digest,
+            c.result_size,
+            c.status.value,
+            c.executed,
+            c.cache_hit,
+            c.coalesced,
+            c.idem_key,
+            c.idem_state,
+            c.reconcile_s,
+            c.attempts,
+            c.breaker,
+            round((now - c.started) * 1000, 3),
+            mark,
+            signals,
+            _decision(c),
+            c.would,
+            c.error.get("code") if c.error else None,
+            out.correction is not None,
+            budget,
+            last_progress,
+            saved,
+            c.flags,
+        ],
+        redact,
+    )
+
+
+_DECISIONS = {
+    Status.EXECUTED: "execute",
+    Status.CACHED: "cache",
+    Status.REPLAYED: "replay",
+    Status.CORRECTED: "correct",
+    Status.UNKNOWN: "unknown",
+    Status.FALLBACK: "fallback",
+    Status.ERROR: "execute",
+}
+
+
+def _decision(c: Call) -> str:
+    if c.coalesced:
+        return "coalesce"
+    if c.status is Status.ERROR and not c.executed:
+        return "reject"
+    return _DECISIONS[c.status]
