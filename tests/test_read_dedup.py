@@ -281,3 +281,15 @@ def test_followers_of_a_non_json_result_get_the_object() -> None:
     for t in threads:
         t.join()
     assert all(o.value is marker for o in outs)
+
+
+def test_the_default_clock_follows_a_patched_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [1_000.0]
+    monkeypatch.setattr(time, "time", lambda: now[0])
+    gov = headway.Governor()
+    tool = ScriptedTool([lambda t: f"{t} at {now[0]}"])
+    gov.register("price", tool, effect="read", ttl=10)
+    s = gov.session("r")
+    s.call("price", {"t": "A"})
+    now[0] += 11
+    assert s.call("price", {"t": "A"}).status is headway.Status.EXECUTED

@@ -31,6 +31,12 @@ from .similarity import DEFAULT_NORMALIZERS, Normalizer
 from .stores import MemoryStore, Store
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _wall_clock() -> float:
+    return time.time()  # looked up on each call, so a patched time.time is honoured
+
+
 log = logging.getLogger("headway")
 
 
@@ -62,7 +68,7 @@ class Governor:
         lease_s: float | None = None,
         store_failure: str = "closed",
         breaker: Breaker | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] | None = None,
         sleep: Callable[[float], Any] | None = None,
         rng: Callable[[], float] = default_rng,
         on_retry: Callable[[dict[str, Any]], None] | None = None,
@@ -94,7 +100,7 @@ class Governor:
         self.lease_s = lease_s
         self.store_failure = store_failure
         self.default_breaker = breaker or Breaker()
-        self.clock = clock
+        self.clock = clock or _wall_clock
         self.sleep = sleep
         self.rng = rng
         self.on_retry = on_retry
@@ -106,6 +112,7 @@ class Governor:
         self.default_budgets: Budgets | None = None
         self.breaker_lock = threading.Lock()
         self._specs: dict[str, ToolSpec] = {}
+        self._session_cache = False  # any tool caching per session (writes must invalidate)
         self._sessions: dict[str, SessionState] = {}
         self._sessions_lock = threading.Lock()
 
@@ -152,6 +159,9 @@ class Governor:
         merged.update(self.tool_config.get(name, {}))  # the operator's file wins
         spec = make_spec(name, fn, **merged)
         self._specs[name] = spec
+        self._session_cache = any(
+            s.cacheable() and s.scope == "session" for s in self._specs.values()
+        )
         return spec
 
     @overload
@@ -175,7 +185,7 @@ class Governor:
 
     def has_session_cache(self) -> bool:
         """Whether any registered tool keeps a session-scoped read cache."""
-        return any(s.cacheable() and s.scope == "session" for s in self._specs.values())
+        return self._session_cache
 
     def spec(self, name: str) -> ToolSpec | None:
         return self._specs.get(name)

@@ -32,6 +32,7 @@ from .similarity import (
 Mark = Literal["progress", "no_progress", "waiting", "neutral"]
 _KEEP = 8192  # characters of a result kept per step
 _TRIVIAL = 3  # results this short carry no content of their own
+_MAX_POLLS_TRACKED = 256  # distinct polled calls whose waiting is counted
 _CANDIDATES = 8  # earlier results of the same tool compared for near-duplicates
 _NEUTRAL = (Status.ERROR, Status.FALLBACK, Status.UNKNOWN, Status.REPLAYED)
 
@@ -336,9 +337,11 @@ class Monitor:
         return "no_progress" if step.duplicate else "progress"
 
     def _poll_budget(self, spec: ToolSpec, step: Observation, now: float) -> dict[str, Any] | None:
-        polls, since = self._polls.get(step.key, (0, now))
+        polls, since = self._polls.pop(step.key, (0, now))
         polls += 1
         self._polls[step.key] = (polls, since)
+        if len(self._polls) > _MAX_POLLS_TRACKED:  # bounded like everything in a session
+            del self._polls[next(iter(self._polls))]
         for kind, limit, used in (
             ("max_polls", spec.max_polls, polls),
             ("max_wait_s", spec.max_wait_s, round(now - since, 3)),
