@@ -293,3 +293,59 @@ def test_the_default_clock_follows_a_patched_time(monkeypatch: pytest.MonkeyPatc
     s.call("price", {"t": "A"})
     now[0] += 11
     assert s.call("price", {"t": "A"}).status is headway.Status.EXECUTED
+
+
+def _racer(url: str, options: dict[str, Any], ledger: str, barrier: Any, out: Any) -> None:
+    import sqlite3
+
+    gov = headway.Governor(store=headway.open_store(url, **options))
+
+    def lookup(q: str) -> dict[str, str]:
+        with sqlite3.connect(ledger, timeout=30) as db:
+            db.execute("INSERT INTO runs (q) VALUES (?)", (q,))
+        time.sleep(0.5)
+        return {"q": q, "answer": 42}
+
+    gov.register("lookup", lookup, effect="read", deterministic=True, scope="global")
+    barrier.wait()
+    out.put(gov.session(f"s-{time.time()}").call("lookup", {"q": "x"}).status.value)
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "sqlite",
+        pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("postgres", marks=pytest.mark.postgres),
+    ],
+)
+def test_single_flight_across_processes_through_the_store(kind: str, tmp_path: Any) -> None:
+    import multiprocessing
+    import sqlite3
+    import uuid
+
+    from conftest import POSTGRES_URL, REDIS_URL, make_store
+
+    make_store(kind, tmp_path).close()
+    url = {
+        "sqlite": f"sqlite:///{tmp_path}/shared.db",
+        "redis": REDIS_URL,
+        "postgres": POSTGRES_URL,
+    }[kind]
+    options = {} if kind == "sqlite" else {"prefix": f"t{uuid.uuid4().hex[:8]}:"}
+    ledger = str(tmp_path / "runs.db")
+    with sqlite3.connect(ledger) as db:
+        db.execute("CREATE TABLE runs (q TEXT)")
+    ctx = multiprocessing.get_context("spawn")
+    barrier, out = ctx.Barrier(3), ctx.Queue()
+    procs = [
+        ctx.Process(target=_racer, args=(url, options, ledger, barrier, out)) for _ in range(3)
+    ]
+    for p in procs:
+        p.start()
+    statuses = sorted(out.get(timeout=60) for _ in procs)
+    for p in procs:
+        p.join(30)
+    with sqlite3.connect(ledger) as db:
+        runs = db.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+    assert runs == 1 and statuses == ["cached", "cached", "executed"]

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ._attempts import execute
 from ._call import Call, describe, result_text
 from ._canonical import canonical_json, digest
-from ._effects import Blocking, Plan, Wait
+from ._effects import Blocking, Plan, Sleep, Wait
 from ._settle import check_stop, settle
 from ._spec import ToolSpec
 from .errors import ArgumentError
@@ -147,8 +147,15 @@ def _read(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
             c.status, c.value, c.error = shared[0], _copy(shared[1]), shared[2]
             c.cache_hit = c.status is Status.CACHED
             return
-    stored = False
+    stored = owns_flight = False
     try:
+        if leader and gov.store.blocking:
+            # other processes sharing the store: one of them computes, the others wait
+            owns_flight, entry = yield from _flight_across_processes(gov, c)
+            if entry is not None:
+                c.status, c.value, c.cache_hit, c.coalesced = Status.CACHED, entry["v"], True, True
+                c.result_digest, c.result_size = entry.get("d"), entry.get("n")
+                return
         yield from execute(gov, st, c)
         if c.status is Status.EXECUTED:
             c.text = result_text(c.value)
@@ -164,9 +171,37 @@ def _read(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
             else:
                 c.flag("too_large_to_cache")
     finally:
+        if owns_flight:
+            yield from store_op(gov, c, "delete", c.cache_key + ":flight")
         if leader:
             shared_status = Status.CACHED if c.status is Status.EXECUTED else c.status
             gov.flights.land(c.cache_key, (shared_status, _share(c, stored), c.error))
+
+
+_FLIGHT_POLL_S = 0.02
+
+
+def _flight_across_processes(gov: Governor, c: Call) -> Plan[tuple[bool, dict[str, Any] | None]]:
+    """(we compute, or the entry another process computed). Claims the flight key; a
+    process that loses waits for the winner's cache entry, and computes itself if the
+    winner gives up (its claim disappears without an entry) or outlives the tool timeout."""
+    spec = c.spec
+    limit = spec.timeout or 30.0
+    key = f"{c.cache_key}:flight"
+    won = yield from store_op(gov, c, "add", key, {"at": gov.clock()}, limit + 1.0)
+    if won is None or won:
+        return bool(won), None  # we compute (or the store is down: reads fail open)
+    waited = 0.0
+    while waited < limit:
+        yield Sleep(_FLIGHT_POLL_S)
+        waited += _FLIGHT_POLL_S
+        entry = yield from store_op(gov, c, "get", c.cache_key)
+        if isinstance(entry, dict) and (spec.ttl is None or gov.clock() - entry["t"] < spec.ttl):
+            return False, entry
+        if (yield from store_op(gov, c, "get", key)) is None:
+            break  # the winner finished without a cacheable result
+    c.flag("flight_wait_gave_up")
+    return False, None
 
 
 def _share(c: Call, stored: bool) -> Any:
