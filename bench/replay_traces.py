@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import headway
-from headway.shell import command_effect, is_dynamic
+from headway.shell import command_effect, is_dynamic, shell_resources
 
 DEFAULT = Path(__file__).resolve().parents[2] / "shared" / "traces"
 SOURCES = [
@@ -54,6 +54,18 @@ VIEW_TOOLS = {
 }
 
 
+FINE = "--all-writes-invalidate" not in sys.argv  # resources= on (the default) or off
+
+
+def _file_path(args: Any) -> list[str] | None:
+    path = args.get("file_path") or args.get("notebook_path")
+    return [str(path).rstrip("/").rsplit("/", 1)[-1]] if path else None
+
+
+_paths: dict[str, Any] = {"resources": _file_path} if FINE else {}
+_shell: dict[str, Any] = {"resources": shell_resources} if FINE else {}
+
+
 def spec_for(source: str, rec: dict[str, Any]) -> dict[str, Any]:
     """How an operator would declare this recorded tool (see the module docstring)."""
     tool = rec["tool"]
@@ -65,12 +77,16 @@ def spec_for(source: str, rec: dict[str, Any]) -> dict[str, Any]:
         )
     if tool.startswith("delegate:") or tool in VIEW_TOOLS:
         return {"effect": "read"}
-    if tool in ("Read", "Glob", "Grep"):
+    if tool == "Read":
+        return {"effect": "read", "deterministic": True, **_paths}
+    if tool in ("Glob", "Grep"):
         return {"effect": "read", "deterministic": True}
+    if tool in ("Write", "Edit", "MultiEdit", "NotebookEdit"):
+        return {"effect": "write", **_paths}
     if tool in ("WebSearch", "WebFetch", "TaskOutput"):
         return {"effect": "read"}
     if tool.lower() == "bash":
-        return {"effect": shell_spec_effect, "deterministic": True}
+        return {"effect": shell_spec_effect, "deterministic": True, **_shell}
     return {"effect": "write"}
 
 
@@ -226,6 +242,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--traces", type=Path, default=DEFAULT)
     ap.add_argument("--limit", type=int, default=None, help="runs per source (default: all)")
+    ap.add_argument(
+        "--all-writes-invalidate",
+        action="store_true",
+        help="ignore resources=: every write invalidates all cached reads",
+    )
     a = ap.parse_args()
     if not a.traces.exists():
         print(f"no traces at {a.traces}: nothing to replay")

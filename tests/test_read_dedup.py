@@ -349,3 +349,64 @@ def test_single_flight_across_processes_through_the_store(kind: str, tmp_path: A
     with sqlite3.connect(ledger) as db:
         runs = db.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
     assert runs == 1 and statuses == ["cached", "cached", "executed"]
+
+
+def test_resources_narrow_what_a_write_invalidates(gov: headway.Governor) -> None:
+    reads = ScriptedTool([lambda path: f"contents of {path} v{len(writes.calls)}"])
+    writes = ScriptedTool(["ok"])
+    listing = ScriptedTool([lambda: f"files v{len(writes.calls)}"])
+    gov.register("read_file", reads, effect="read", deterministic=True, resources=["path"])
+    gov.register("list_files", listing, effect="read", deterministic=True)  # declares none
+    gov.register("write_file", writes, effect="write", resources=lambda a: [a["path"]])
+    gov.register("run", ScriptedTool(["ran"]), effect="write")  # names none: invalidates all
+    s = gov.session("r")
+    (
+        s.call("read_file", {"path": "a.py"}),
+        s.call("read_file", {"path": "b.py"}),
+        s.call("list_files", {}),
+    )
+    s.call("write_file", {"path": "a.py", "text": "x"})
+    assert s.call("read_file", {"path": "a.py"}).status is headway.Status.EXECUTED
+    assert s.call("read_file", {"path": "b.py"}).status is headway.Status.CACHED
+    assert s.call("list_files", {}).status is headway.Status.EXECUTED  # no resources: always stale
+    s.call("run", {"cmd": "make"})
+    assert s.call("read_file", {"path": "b.py"}).status is headway.Status.EXECUTED
+
+
+def test_a_failing_resources_function_means_everything(gov: headway.Governor) -> None:
+    def broken(args: Any) -> list[str]:
+        raise KeyError("path")
+
+    gov.register(
+        "read_file",
+        ScriptedTool([lambda path: f"c {path}"]),
+        effect="read",
+        deterministic=True,
+        resources=["path"],
+    )
+    gov.register("write_file", ScriptedTool(["ok"]), effect="write", resources=broken)
+    s = gov.session("r")
+    s.call("read_file", {"path": "b.py"})
+    s.call("write_file", {"path": "a.py"})
+    assert s.call("read_file", {"path": "b.py"}).status is headway.Status.EXECUTED
+
+
+def test_shell_tool_with_derived_resources(gov: headway.Governor) -> None:
+    from headway.shell import shell_effect, shell_resources
+
+    files = {"a.py": "1", "b.py": "2"}
+
+    def sh(command: str) -> str:
+        if command.startswith("cat "):
+            return files[command.split()[1]]
+        target = command.rsplit(">", maxsplit=1)[-1].strip()
+        files[target] = "new"
+        return ""
+
+    gov.register("sh", sh, effect=shell_effect, deterministic=True, resources=shell_resources)
+    s = gov.session("r")
+    s.call("sh", {"command": "cat a.py"}), s.call("sh", {"command": "cat b.py"})
+    s.call("sh", {"command": "echo x > a.py"})
+    fresh = s.call("sh", {"command": "cat a.py"})
+    assert fresh.status is headway.Status.EXECUTED and fresh.value == "new"
+    assert s.call("sh", {"command": "cat b.py"}).status is headway.Status.CACHED

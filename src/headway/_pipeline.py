@@ -108,7 +108,9 @@ def _read(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
     fresh: dict[str, Any] | None = None
     if spec.cacheable():
         scope = (
-            "global" if spec.scope == "global" else st.session_id + "#" + _generation(st, spec.name)
+            "global"
+            if spec.scope == "global"
+            else st.session_id + "#" + _generation(st, spec.name, resources_of(spec, c.args))
         )
         # the arguments are already a sha256; the rest stays readable (and needs no hash)
         c.cache_key = (
@@ -221,19 +223,59 @@ def _copy(shared: Any) -> Any:
     return json.loads(payload) if kind == "json" else payload
 
 
-def _generation(st: SessionState, tool: str) -> str:
+def resources_of(spec: ToolSpec, args: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """The resources a call reads or touches, or None when the spec does not say (or the
+    function fails: unknown means everything)."""
+    declared = spec.resources
+    if declared is None:
+        return None
+    try:
+        if callable(declared):
+            found = declared(args)
+            return None if found is None else tuple(sorted({str(r) for r in found}))
+        return tuple(sorted({str(args[name]) for name in declared if name in args}))
+    except Exception:
+        return None
+
+
+def _generation(st: SessionState, tool: str, resources: tuple[str, ...] | None) -> str:
+    """The cache epoch of a read. Without resources it changes on any write; with
+    resources, on writes that name one of them or that name nothing."""
     gen = st.generation
-    return f"{gen.get('*', 0)}.{gen.get(tool, 0)}"
+    if resources is None:
+        return f"{gen.get('any', 0)}.{gen.get('*', 0)}.{gen.get(tool, 0)}"
+    parts = ".".join(str(gen.get("r:" + r, 0)) for r in resources)
+    return f"{gen.get('*', 0)}.{gen.get(tool, 0)}:{parts}"
+
+
+_MAX_RESOURCES = 10_000  # resource epochs kept per session; past that, start afresh
 
 
 def invalidate(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
-    """A write ran: the session's cached reads (or those it names) are no longer fresh."""
+    """A write ran (or may have): the session's cached reads it may affect are stale.
+
+    ``invalidates=[tools]`` narrows it to those tools; ``resources=`` to the reads of those
+    resources (reads that declare none are always invalidated); otherwise everything.
+    """
     if not gov.has_session_cache():
         return  # no tool caches per session: nothing to invalidate, no store round trip
+    touched = None if c.spec.invalidates else resources_of(c.spec, c.args)
     with st.lock:
-        for name in c.spec.invalidates or ("*",):
-            st.generation[name] = st.generation.get(name, 0) + 1
-        snapshot = dict(st.generation)
+        gen = st.generation
+        if c.spec.invalidates:
+            bump: tuple[str, ...] = c.spec.invalidates
+        elif touched:
+            bump = ("any", *("r:" + r for r in touched))
+        else:
+            bump = ("any", "*")
+        for name in bump:
+            gen[name] = gen.get(name, 0) + 1
+        if len(gen) > _MAX_RESOURCES:
+            kept = {k: v for k, v in gen.items() if not k.startswith("r:")}
+            gen.clear()
+            gen.update(kept)
+            gen["*"] = gen.get("*", 0) + 1  # forgotten epochs: everything becomes stale
+        snapshot = dict(gen)
     yield from store_op(gov, c, "set", gov.generation_key(st.session_id), snapshot, gov.cache_gc_s)
 
 

@@ -27,6 +27,7 @@ class ToolSpec:
     version: str = ""
     scope: Literal["session", "global"] = "session"
     invalidates: tuple[str, ...] | None = None
+    resources: Callable[[Mapping[str, Any]], Any] | tuple[str, ...] | None = None
     poll: bool = False
     max_polls: int | None = None
     max_wait_s: float | None = None
@@ -90,7 +91,7 @@ def make_spec(name: str, fn: Callable[..., Any], **options: Any) -> ToolSpec:
     unknown = sorted(set(options) - fields)
     if unknown:
         raise ConfigError(f"tool {name!r}: unknown option(s) {', '.join(unknown)}")
-    for key in ("invalidates", "progress_fields", "ignore_fields", "redact"):
+    for key in ("invalidates", "progress_fields", "ignore_fields", "redact", "resources"):
         value = options.get(key)
         if isinstance(value, str):
             options[key] = (value,)
