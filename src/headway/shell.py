@@ -154,7 +154,6 @@ def command_effect(command: str) -> Literal["read", "write"]:
     for words, written, _ in parsed:
         if written:
             return "write"
-        words = _without_assignments(words)
         if not words:
             continue
         prog = words[0].rsplit("/", 1)[-1]
@@ -238,7 +237,6 @@ def command_resources(command: str) -> tuple[str, ...] | None:
     found: set[str] = set()
     for words, written, read in parsed:
         found.update(written if effect == "write" else read)
-        words = _without_assignments(words)
         if not words:
             continue
         prog = words[0].rsplit("/", 1)[-1]
