@@ -142,7 +142,8 @@ def _segments(command: str) -> list[tuple[list[str], list[str], list[str]]] | No
         out.append((words, written, read))
     # a file descriptor number before a redirect ("2>/dev/null") is not an operand
     return [
-        ([w for k, w in enumerate(ws) if not (w.isdigit() and k > 0)], wr, rd) for ws, wr, rd in out
+        (_without_assignments([w for k, w in enumerate(ws) if not (w.isdigit() and k > 0)]), wr, rd)
+        for ws, wr, rd in out
     ]
 
 
