@@ -21,7 +21,7 @@ def test_the_readme_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         for block in blocks:
-            exec(compile(block, str(README), "exec"), namespace)  # noqa: S102 - our own README
+            exec(compile(block, str(README), "exec"), namespace)
     text = out.getvalue()
     assert "replayed 1" in text  # the card was charged once
     assert "corrected" in text and "'terminated_by': 'no_progress'" in text
