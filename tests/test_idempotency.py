@@ -590,3 +590,14 @@ def test_sync_call_with_an_async_reconcile(ledger: Ledger) -> None:
 
 async def _async_lookup(ledger: Ledger, order: str) -> Any:
     return ledger.lookup(order)
+
+
+def test_an_expired_key_may_be_used_for_other_arguments(clock: FakeClock, ledger: Ledger) -> None:
+    gov = gov_for(headway.MemoryStore(), clock, idempotency_ttl_s=60)
+    gov.register("pay", charge_tool(ledger), effect="write")
+    s = gov.session("r")
+    s.call("pay", {"order": "a", "amount": 1}, idempotency_key="k")
+    with pytest.raises(headway.KeyReuseError):
+        s.call("pay", {"order": "b", "amount": 1}, idempotency_key="k")
+    clock.advance(60)
+    assert s.call("pay", {"order": "b", "amount": 1}, idempotency_key="k").status is Status.EXECUTED

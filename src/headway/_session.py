@@ -76,6 +76,8 @@ class Governor:
     ) -> None:
         if no_progress_limit < 1 or window < 2:
             raise ConfigError("no_progress_limit must be >= 1 and window >= 2")
+        if not 0 < similarity <= 1:
+            raise ConfigError("similarity must be in (0, 1] (5-gram Jaccard threshold)")
         if store_failure not in ("closed", "open"):
             raise ConfigError("store_failure must be 'closed' (keyed writes refused) or 'open'")
         self.store: Store = store if store is not None else MemoryStore()

@@ -124,15 +124,15 @@ class Writes:
                 break
             if record is None:
                 continue  # released or collected in between: claim again
-            if record.get("args") != c.args_digest or record.get("tool") != c.spec.name:
-                raise KeyReuseError(key, str(record.get("tool")))
-            state = record.get("state")
             if now >= record.get("expires", now + 1):
                 # an expired record is as good as absent: take it over atomically
                 taken = yield from _swap(gov, rkey, record, claim)
                 if taken:
                     break
                 continue
+            if record.get("args") != c.args_digest or record.get("tool") != c.spec.name:
+                raise KeyReuseError(key, str(record.get("tool")))
+            state = record.get("state")
             if state == "completed":
                 c.status, c.value, c.idem_state = Status.REPLAYED, record.get("result"), "completed"
                 return
