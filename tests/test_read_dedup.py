@@ -410,3 +410,19 @@ def test_shell_tool_with_derived_resources(gov: headway.Governor) -> None:
     fresh = s.call("sh", {"command": "cat a.py"})
     assert fresh.status is headway.Status.EXECUTED and fresh.value == "new"
     assert s.call("sh", {"command": "cat b.py"}).status is headway.Status.CACHED
+
+
+class AsyncCallable:
+    """A tool object whose __call__ is async (as some frameworks' tool classes are)."""
+
+    async def __call__(self, q: str) -> str:
+        await asyncio.sleep(0)
+        return f"answer {q}"
+
+
+@pytest.mark.parametrize("timeout", [None, 5.0])
+async def test_objects_with_an_async_call_are_awaited(timeout: float | None) -> None:
+    gov = headway.Governor()
+    gov.register("ask", AsyncCallable(), effect="read", timeout=timeout)
+    assert (await gov.session("a").acall("ask", {"q": "x"})).value == "answer x"
+    assert gov.session("b").call("ask", {"q": "y"}).value == "answer y"

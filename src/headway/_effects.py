@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import functools
 import inspect
 import threading
 import time
@@ -75,13 +74,24 @@ def _run_coroutine(fn: Callable[..., Any], kwargs: Mapping[str, Any], timeout: f
     return asyncio.run(main())
 
 
+def _call_through(fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:
+    """Call ``fn``; an awaitable result (an object with an async ``__call__``) is run."""
+    result = fn(**kwargs)
+    if inspect.isawaitable(result):
+        return asyncio.run(_awaited(result))
+    return result
+
+
 def _attempt_sync(e: Attempt, sleep: Callable[[float], None]) -> Any:
     if e.is_async:
         fut = _pool.submit(_run_coroutine, e.fn, e.kwargs, e.timeout)
     elif e.timeout is None:
-        return e.fn(**e.kwargs)
+        result = e.fn(**e.kwargs)
+        if inspect.isawaitable(result):
+            return _pool.submit(asyncio.run, _awaited(result)).result()
+        return result
     else:
-        fut = _pool.submit(functools.partial(e.fn, **e.kwargs))
+        fut = _pool.submit(_call_through, e.fn, e.kwargs)
     try:
         return fut.result(timeout=e.timeout)
     except TimeoutError:
@@ -121,7 +131,7 @@ async def _attempt_async(e: Attempt) -> Any:
         except TimeoutError:
             raise AttemptTimeout(e.timeout or 0.0) from None
     # a sync tool must not block the event loop: it runs in a thread, abandoned on timeout
-    fut = _pool.submit(functools.partial(e.fn, **e.kwargs))
+    fut = _pool.submit(_call_through, e.fn, e.kwargs)
     try:
         return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(fut)), e.timeout)
     except TimeoutError:
