@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -33,24 +34,34 @@ def gov(clock: FakeClock) -> headway.Governor:
 
 
 def redis_store() -> headway.Store:
+    store = None
     try:
         store = headway.open_store(REDIS_URL, prefix=f"t{uuid.uuid4().hex[:8]}:")
         store.get("ping")
     except ImportError:
         raise
     except Exception as exc:
+        if store is not None:
+            with contextlib.suppress(Exception):
+                store.close()
         _unavailable("Redis at " + REDIS_URL, exc)
+    assert store is not None
     return store
 
 
 def postgres_store() -> headway.Store:
+    store = None
     try:
         store = headway.open_store(POSTGRES_URL, prefix=f"t{uuid.uuid4().hex[:8]}:")
         store.get("ping")
     except ImportError:
         raise
     except Exception as exc:
+        if store is not None:
+            with contextlib.suppress(Exception):
+                store.close()
         _unavailable("PostgreSQL at " + POSTGRES_URL, exc)
+    assert store is not None
     return store
 
 

@@ -356,8 +356,11 @@ def test_a_real_timeout_keeps_the_abandoned_attempt_for_its_late_result(ledger: 
     still = s.call("pay", {"order": "o"}, idempotency_key="k")
     assert still.status is Status.UNKNOWN and "still running" in still.error["message"]
     release.set()
-    time.sleep(0.3)
-    late = s.call("pay", {"order": "o"}, idempotency_key="k")
+    for _ in range(600):  # until the abandoned attempt has finished (never re-executes meanwhile)
+        late = s.call("pay", {"order": "o"}, idempotency_key="k")
+        if late.status is not Status.UNKNOWN:
+            break
+        time.sleep(0.05)
     assert (
         late.status is Status.REPLAYED
         and late.value == ledger.lookup("o")
@@ -473,22 +476,22 @@ def _orphan(url: str, options: dict[str, Any], ledger_path: str, out: Any) -> No
 def test_two_processes_find_one_expired_lease_and_only_one_acts(kind: str, tmp_path: Path) -> None:
     url, options = shared_store(kind, tmp_path)
     ledger = Ledger(tmp_path / "ledger.db")
-    gov = headway.Governor(store=headway.open_store(url, **options))
     import headway._canonical as canon
 
     digest = canon.digest(canon.canonical_json({"order": "orphan"}))
-    gov.store.add(
-        gov.idempotency_record_key("orphan-key"),
-        {
-            "state": "in_progress",
-            "tool": "pay",
-            "args": digest,
-            "owner": "dead",
-            "lease": time.time() - 1,
-            "created": time.time() - 10,
-            "expires": time.time() + 3600,
-        },
-    )
+    with headway.Governor(store=headway.open_store(url, **options)) as gov:
+        gov.store.add(
+            gov.idempotency_record_key("orphan-key"),
+            {
+                "state": "in_progress",
+                "tool": "pay",
+                "args": digest,
+                "owner": "dead",
+                "lease": time.time() - 1,
+                "created": time.time() - 10,
+                "expires": time.time() + 3600,
+            },
+        )
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
     procs = [ctx.Process(target=_orphan, args=(url, options, ledger.path, out)) for _ in range(2)]

@@ -281,7 +281,14 @@ class Governor:
         log.error("audit sink %s failed: %s", type(sink).__name__, exc)
 
     def close(self) -> None:
+        """Close the store (its connections); the governor is not used afterwards."""
         self.store.close()
+
+    def __enter__(self) -> Governor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class Session:
