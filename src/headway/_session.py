@@ -16,7 +16,7 @@ from typing import Any, TypeVar, overload
 
 from . import _pipeline
 from ._effects import Flights, drive_async, drive_sync
-from ._settle import check_stop
+from ._settle import check_stop, reach
 from ._spec import ToolSpec, make_spec, options_from_mcp
 from ._state import SessionState
 from .audit import AuditSink, MemoryAudit
@@ -346,11 +346,12 @@ class Session:
         with st.lock:
             reached = st.meter.count_turn(tokens, cost)
             if reached is not None:
-                diag = diagnostic(*reached, max(st.steps - 1, 0), st.monitor.last_progress_step)
-                if gov.enforce:
-                    st.stop = st.stop or BudgetExceeded(diag)
-                else:
-                    st.would_stop = st.would_stop or diag
+                step = max(st.steps - 1, 0)
+                reach(
+                    gov,
+                    st,
+                    BudgetExceeded(diagnostic(*reached, step, st.monitor.last_progress_step)),
+                )
 
     def user_turn(self) -> None:
         """A new user request: repeat and no-progress counters reset, budgets do not."""

@@ -17,17 +17,21 @@ if TYPE_CHECKING:
     from ._state import SessionState
 
 
+def reach(gov: Governor, st: SessionState, stop: Stop) -> None:
+    """A limit was reached: the session stops (shadow mode: records what would have)."""
+    if gov.enforce:
+        st.stop = st.stop or stop
+    else:
+        st.would_stop = st.would_stop or stop.diagnostic
+
+
 def check_stop(gov: Governor, st: SessionState) -> None:
     """Raise the session's stop, if any; check the wall clock."""
+    over = st.meter.wall_clock(gov.clock()) if st.stop is None else None
+    if over is not None:
+        reach(gov, st, BudgetExceeded(diagnostic(*over, st.steps, st.monitor.last_progress_step)))
     if st.stop is not None:
         raise type(st.stop)(st.stop.diagnostic)
-    over = st.meter.wall_clock(gov.clock())
-    if over is not None:
-        diag = diagnostic(*over, st.steps, st.monitor.last_progress_step)
-        if gov.enforce:
-            st.stop = BudgetExceeded(diag)
-            raise BudgetExceeded(diag)
-        st.would_stop = st.would_stop or diag
 
 
 def settle(gov: Governor, st: SessionState, c: Call) -> Outcome:
@@ -66,10 +70,7 @@ def settle(gov: Governor, st: SessionState, c: Call) -> Outcome:
         if stop is None and reached is not None:
             stop = BudgetExceeded(diagnostic(*reached, index, st.monitor.last_progress_step))
         if stop is not None:
-            if gov.enforce:
-                st.stop = st.stop or stop
-            else:
-                st.would_stop = st.would_stop or stop.diagnostic
+            reach(gov, st, stop)
         if not gov.enforce and st.would_stop is not None:
             c.would = "stop"
         budget = st.meter.consumption(spec.name)
