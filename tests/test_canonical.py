@@ -173,3 +173,15 @@ def test_deep_nesting_is_a_clear_error() -> None:
         deep = [deep]
     with pytest.raises(ArgumentError, match="nested too deeply"):
         canonical_json({"d": ({1}, deep)})
+
+
+@settings(max_examples=500)
+@given(
+    hs.floats(min_value=1e-4, max_value=1e16, exclude_max=True)
+    | hs.floats(min_value=-1e16, max_value=-1e-4, exclude_min=True)
+    | hs.text()
+)
+def test_encoder_writes_plain_leaves_as_the_reference_does(leaf: Any) -> None:
+    # the fast path's encoder (orjson) must agree with RFC 8785 on every leaf _plain admits
+    if _plain(leaf) and _reference_ok(leaf):
+        assert canonical_json([leaf]) == rfc8785.dumps([leaf]).decode()

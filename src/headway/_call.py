@@ -6,6 +6,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
+
 from ._spec import ToolSpec
 from .outcome import Status
 
@@ -64,12 +66,20 @@ class Call:
         self.flags = (*self.flags, text)
 
 
+_RESULT_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
+
+
 def result_text(value: Any) -> str:
+    """A result as compact JSON text (keys sorted; what JSON cannot hold written as str)."""
     if isinstance(value, str):
         return value
     try:
+        return orjson.dumps(value, default=str, option=_RESULT_OPTIONS).decode()
+    except (orjson.JSONEncodeError, TypeError):
+        pass  # integers past 64 bits, mixed key types, lone surrogates, very deep values
+    try:
         return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         return repr(value)
 
 

@@ -2,7 +2,7 @@
 
 Plain JSON (str keys without a leading ``$`` and ASCII, str, bool, None, int within
 +-2**53, non-integral floats written the same way by Python and ECMAScript, lists, dicts)
-takes a fast path: one C-encoded ``json`` pass, byte-identical to RFC 8785 (checked
+takes a fast path: one ``orjson`` pass (C), byte-identical to RFC 8785 (checked
 against the ``rfc8785`` reference by property tests). Everything else is first mapped to
 plain JSON with the documented tagged forms below, then serialised by the reference.
 
@@ -39,36 +39,25 @@ import datetime as dt
 import decimal
 import enum
 import hashlib
-import json
 import math
 import uuid
 from collections.abc import Mapping
 from pathlib import PurePath
 from typing import Any
 
+import orjson
 import rfc8785
 
 from .errors import ArgumentError
 
 _MAX_SAFE = 2**53 - 1
-_slow_encode = json.JSONEncoder(
-    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-).encode
-# The C encoder built once: JSONEncoder.encode rebuilds it on every call (a third of the
-# cost for small arguments). No circular-reference markers: _plain() has walked the value.
-_make = getattr(json.encoder, "c_make_encoder", None)
-_basestring = getattr(json.encoder, "c_encode_basestring", None)
-_c_encoder: Any = (
-    _make(None, None, _basestring, None, ":", ",", True, False, False)
-    if _make is not None and _basestring is not None
-    else None
-)
+_SORTED = orjson.OPT_SORT_KEYS
 
 
 def _encode(value: Any) -> str:
-    if _c_encoder is None:  # pragma: no cover - CPython without its _json accelerator
-        return _slow_encode(value)
-    return "".join(_c_encoder(value, 0))
+    # orjson (C) sorts keys by code point, which is UTF-16 order for the ASCII keys that
+    # _plain() lets through, and writes strings and shortest-form floats as RFC 8785 does.
+    return orjson.dumps(value, option=_SORTED).decode()
 
 
 def _plain_leaf(x: Any) -> bool | None:
@@ -123,6 +112,9 @@ def canonical_json(value: Any) -> str:
     try:
         if plain:
             return _encode(value)
+    except orjson.JSONEncodeError:
+        pass  # lone surrogates, or nested past orjson's depth: the reference decides
+    try:
         return rfc8785.dumps(_to_json(value, "args", set())).decode("utf-8", "surrogatepass")
     except RecursionError:
         raise ArgumentError("arguments are nested too deeply to canonicalise") from None
