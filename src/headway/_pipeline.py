@@ -116,7 +116,10 @@ def _read(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
         c.cache_key = (
             f"{gov.namespace}:cache:{{{scope}}}:{spec.name}:{spec.version}:{c.args_digest}"
         )
-        entry = yield from store_op(gov, c, "get", c.cache_key)
+        if gov.store.blocking:
+            entry = yield from store_op(gov, c, "get", c.cache_key)
+        else:  # an in-process store: no generator round trip on the hot path
+            entry = direct_op(gov, c, "get", c.cache_key)
         if isinstance(entry, dict) and (spec.ttl is None or gov.clock() - entry["t"] < spec.ttl):
             fresh = entry
     # a TTL read whose entry expired is a fresh look, not a repeat
@@ -197,7 +200,10 @@ def _flight_across_processes(gov: Governor, c: Call) -> Plan[tuple[bool, dict[st
     while waited < limit:
         yield Sleep(_FLIGHT_POLL_S)
         waited += _FLIGHT_POLL_S
-        entry = yield from store_op(gov, c, "get", c.cache_key)
+        if gov.store.blocking:
+            entry = yield from store_op(gov, c, "get", c.cache_key)
+        else:  # an in-process store: no generator round trip on the hot path
+            entry = direct_op(gov, c, "get", c.cache_key)
         if isinstance(entry, dict) and (spec.ttl is None or gov.clock() - entry["t"] < spec.ttl):
             return False, entry
         if (yield from store_op(gov, c, "get", key)) is None:
@@ -281,12 +287,20 @@ def invalidate(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
 
 def store_op(gov: Governor, c: Call, op: str, *args: Any) -> Plan[Any]:
     """A store operation that fails open: None (and a flag in the audit) when the store fails."""
-    store = gov.store
+    if not gov.store.blocking:
+        return direct_op(gov, c, op, *args)  # an in-process store: no trip through the driver
     try:
-        if store.blocking:
-            result = yield Blocking(getattr(store, op), args)
-        else:  # an in-process store: no round trip through the driver
-            result = getattr(store, op)(*args)
+        result = yield Blocking(getattr(gov.store, op), args)
+    except Exception as exc:
+        flag_store_error(c, exc)
+        return None
+    return True if result is None and op == "set" else result
+
+
+def direct_op(gov: Governor, c: Call, op: str, *args: Any) -> Any:
+    """``store_op`` for an in-process store, called directly."""
+    try:
+        result = getattr(gov.store, op)(*args)
     except Exception as exc:
         flag_store_error(c, exc)
         return None

@@ -27,6 +27,8 @@ def reach(gov: Governor, st: SessionState, stop: Stop) -> None:
 
 def check_stop(gov: Governor, st: SessionState) -> None:
     """Raise the session's stop, if any; check the wall clock."""
+    if st.stop is None and st.meter.budgets.wall_clock_s is None:
+        return
     over = st.meter.wall_clock(gov.clock()) if st.stop is None else None
     if over is not None:
         reach(gov, st, BudgetExceeded(diagnostic(*over, st.steps, st.monitor.last_progress_step)))
@@ -73,7 +75,7 @@ def settle(gov: Governor, st: SessionState, c: Call) -> Outcome:
             reach(gov, st, stop)
         if not gov.enforce and st.would_stop is not None:
             c.would = "stop"
-        budget = st.meter.consumption(spec.name)
+        budget = st.meter.consumption(spec.name) if gov.sinks else (0, 0, 0)
         last_progress = st.monitor.last_progress_step
     outcome = Outcome(
         status=c.status,
@@ -111,28 +113,28 @@ def _record(
     now: float,
     mark: str,
     signals: dict[str, Any],
-    budget: dict[str, Any],
+    budget: tuple[int, int, int],
     last_progress: int | None,
 ) -> AuditRecord:
-    if c.result_digest is None:
-        text = c.text
-        if text is None and out.value is not None:
-            text = result_text(out.value)
-        if text is not None:
-            c.result_digest, c.result_size = digest(text), len(text)
-    saved = 0
-    if c.status is Status.CACHED or c.status is Status.REPLAYED or c.status is Status.CORRECTED:
-        saved = (c.result_size or 0) // 4
-    redact = c.spec.redact
-    return AuditRecord(
-        [
+    if c.result_digest is None and c.text is None and out.value is not None:
+        c.text = result_text(out.value)  # now: the caller may change the value later
+    error_code = c.error.get("code") if c.error else None
+    agent, session = st.agent, st.session_id
+
+    def values() -> list[Any]:
+        if c.result_digest is None and c.text is not None:
+            c.result_digest, c.result_size = digest(c.text), len(c.text)
+        saved = 0
+        if c.status is Status.CACHED or c.status is Status.REPLAYED or c.status is Status.CORRECTED:
+            saved = (c.result_size or 0) // 4
+        return [
             now,
-            st.agent,
-            st.session_id,
+            agent,
+            session,
             out.step,
             out.tool,
             c.args_digest,
-            args_field(c.canon, redact),
+            args_field(c.canon, c.spec.redact),
             c.result_digest,
             c.result_size,
             c.status.value,
@@ -149,15 +151,15 @@ def _record(
             signals,
             _decision(c),
             c.would,
-            c.error.get("code") if c.error else None,
+            error_code,
             out.correction is not None,
-            budget,
+            {"tool_calls": budget[0], "tool": budget[1], "retries": budget[2]},
             last_progress,
             saved,
             c.flags,
-        ],
-        redact,
-    )
+        ]
+
+    return AuditRecord(values, c.spec.redact, session)
 
 
 _DECISIONS = {

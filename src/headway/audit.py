@@ -15,7 +15,7 @@ import logging
 import re
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -44,22 +44,32 @@ _ARGS = _INDEX["args"]
 class AuditRecord(Mapping[str, Any]):
     """One call's record: its values in ``FIELDS`` order, read as a mapping.
 
-    Built on every call, so nothing is computed until read: ``args`` (the redacted
-    canonical text) is derived on first access, and ``to_dict()`` makes the plain dict
-    that serialising sinks receive. Every value held is immutable or owned by the record.
+    Built on every call, so nothing is computed until read: the values come from
+    ``make()`` on first access (the pipeline hands over a snapshot taken when the call
+    settled), ``args`` (the redacted canonical text) is summarised on first access too,
+    and ``to_dict()`` makes the plain dict that serialising sinks receive.
     """
 
-    __slots__ = ("_redact", "_values")
+    __slots__ = ("_make", "_redact", "_values", "session")
 
-    def __init__(self, values: list[Any], redact: tuple[str, ...]) -> None:
-        self._values = values
+    def __init__(
+        self, make: Callable[[], list[Any]], redact: tuple[str, ...], session: str
+    ) -> None:
+        self._make: Callable[[], list[Any]] | None = make
+        self._values: list[Any] = []
         self._redact = redact
+        self.session = session
 
     def __getitem__(self, key: str) -> Any:
         i = _INDEX[key]
-        if i == _ARGS and isinstance(self._values[i], _Canonical):
-            self._values[i] = summarize(self._values[i].text, self._redact)
-        return self._values[i]
+        make = self._make
+        if make is not None:  # the first read (two racing readers make equal lists)
+            self._values = make()
+            self._make = None
+        values = self._values
+        if i == _ARGS and isinstance(values[i], _Canonical):
+            values[i] = summarize(values[i].text, self._redact)
+        return values[i]
 
     def __iter__(self) -> Iterator[str]:
         return iter(FIELDS)
@@ -142,7 +152,7 @@ class MemoryAudit:
         self._lock = threading.Lock()
 
     def write(self, record: Mapping[str, Any]) -> None:
-        sid = str(record["session"])
+        sid = record.session if isinstance(record, AuditRecord) else str(record["session"])
         with self._lock:
             queue = self._by_session.get(sid)
             if queue is None:

@@ -137,10 +137,6 @@ class Meter:
             return ("cost", b.cost, round(self.cost, 6), "The cost budget is used up.")
         return None
 
-    def consumption(self, tool: str) -> dict[str, Any]:
-        """A compact view for the audit record."""
-        return {
-            "tool_calls": self.calls,
-            "tool": self.per_tool.get(tool, 0),
-            "retries": self.retries.get(tool, 0),
-        }
+    def consumption(self, tool: str) -> tuple[int, int, int]:
+        """Tool calls, calls of ``tool`` and its retries so far (for the audit record)."""
+        return self.calls, self.per_tool.get(tool, 0), self.retries.get(tool, 0)
