@@ -8,8 +8,11 @@ from typing import Any
 
 import orjson
 
+from ._canonical import digest
 from ._spec import ToolSpec
 from .outcome import Status
+
+INLINE = 256  # canonical arguments up to this long identify a call as they are
 
 
 class Call:
@@ -40,13 +43,14 @@ class Call:
     result_digest: str | None = None
     result_size: int | None = None
     late: Any = None  # an attempt abandoned after a timeout, still running
+    looked_up: bool = False  # begin() already looked the read up (an in-process store)
+    _digest: str | None = None
 
     def __init__(
         self,
         spec: ToolSpec,
         args: Mapping[str, Any],
         canon: str,
-        args_digest: str,
         key: str,
         effect: str,
         started: float,
@@ -55,11 +59,22 @@ class Call:
         self.spec = spec
         self.args = args
         self.canon = canon
-        self.args_digest = args_digest
         self.key = key  # detector key: tool + arguments without ignored fields
         self.effect = effect
         self.started = started
         self.known = known  # False for a tool name that is not registered
+
+    @property
+    def args_digest(self) -> str:
+        """sha256 of the canonical arguments (computed when first needed)."""
+        if self._digest is None:
+            self._digest = digest(self.canon)
+        return self._digest
+
+    @property
+    def args_id(self) -> str:
+        """The arguments as an identifier: their canonical text when short, else its sha256."""
+        return self.canon if len(self.canon) <= INLINE else self.args_digest
 
     def flag(self, text: str) -> None:
         """Note something for the audit record's ``flags``."""

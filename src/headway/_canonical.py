@@ -76,31 +76,40 @@ def _plain_leaf(x: Any) -> bool | None:
     return False
 
 
-def _plain_values(values: Any) -> bool:
-    # leaves are checked inline (most arguments are flat): a call per container, not per value
-    for x in values:
-        tx = type(x)
-        if tx is str or tx is bool or (tx is int and -_MAX_SAFE <= x <= _MAX_SAFE):
-            continue
-        leaf = _plain_leaf(x)
-        if leaf is None:
-            leaf = _plain(x)
-        if not leaf:
-            return False
-    return True
-
-
 def _plain(v: Any) -> bool:
-    """True when the fast path encodes ``v`` exactly as RFC 8785 would."""
+    """True when the fast path encodes ``v`` exactly as RFC 8785 would.
+
+    One call per container, leaves checked inline. Keys are checked joined (a non-string
+    key makes ``join`` fail; a key subclassing str is refused later by orjson).
+    """
     t = type(v)
     if t is dict:
-        for k in v:
-            if type(k) is not str or not k.isascii() or k.startswith("$"):
-                return False
-        return _plain_values(v.values())
-    if t is list:
-        return _plain_values(v)
-    return bool(_plain_leaf(v))
+        try:
+            keys = "".join(v)
+        except TypeError:
+            return False
+        if not keys.isascii() or "$" in keys:  # any "$": the reference escapes a leading one
+            return False
+        values: Any = v.values()
+    elif t is list:
+        values = v
+    else:
+        return bool(_plain_leaf(v))
+    for x in values:
+        tx = type(x)
+        if tx is str or tx is bool:
+            continue
+        if tx is int:
+            if -_MAX_SAFE <= x <= _MAX_SAFE:
+                continue
+            return False
+        if tx is dict or tx is list:
+            if _plain(x):
+                continue
+            return False
+        if not _plain_leaf(x):
+            return False
+    return True
 
 
 def canonical_json(value: Any) -> str:

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ._attempts import execute
-from ._call import Call, describe, result_text
+from ._call import INLINE, Call, describe, result_text
 from ._canonical import canonical_json, digest
 from ._effects import Blocking, Plan, Sleep, Wait
 from ._settle import check_stop, settle
@@ -35,14 +35,17 @@ if TYPE_CHECKING:
 # -- the pipeline ----------------------------------------------------------------------
 
 
-def plan(
+def begin(
     gov: Governor,
     st: SessionState,
     name: str,
     args: Any,
     idempotency_key: str | None = None,
     step_id: str | None = None,
-) -> Plan[Outcome]:
+) -> Call | Outcome:
+    """The part of a call that needs no I/O: checks, keys, and a read served from an
+    in-process cache or corrected. Returns the Outcome when that settles the call, else
+    the Call for ``plan()``: a cache hit costs no generator round trip."""
     check_stop(gov, st)
     if type(args) is not dict and not isinstance(args, Mapping):
         raise ArgumentError(
@@ -68,6 +71,16 @@ def plan(
             c.flag("key_ignored_on_read")
         else:
             c.idem_key = idempotency_key or step_key(gov.namespace, st.session_id, str(step_id))
+    if c.effect == "read" and not (spec.cacheable() and gov.store.blocking):
+        entry = direct_op(gov, c, "get", _cache_key(gov, st, c)) if spec.cacheable() else None
+        if _served(gov, st, c, entry):
+            return settle(gov, st, c)
+        c.looked_up = True
+    return c
+
+
+def plan(gov: Governor, st: SessionState, c: Call) -> Plan[Outcome]:
+    """The rest of a call begun by ``begin()``: everything that may wait on I/O."""
     if c.effect == "read":
         yield from _read(gov, st, c)
     else:
@@ -78,50 +91,48 @@ def plan(
 def _new_call(
     gov: Governor, spec: ToolSpec | None, name: str, args: Mapping[str, Any], canon: str
 ) -> Call:
-    args_digest = digest(canon)
-    key = name + ":" + args_digest
     ignored = gov.ignore_fields + spec.ignore_fields if spec else gov.ignore_fields
     if ignored and any(f in args for f in ignored):
-        key = (
-            name + ":" + digest(canonical_json({k: v for k, v in args.items() if k not in ignored}))
-        )
+        rest = canonical_json({k: v for k, v in args.items() if k not in ignored})
+        key = name + ":" + (rest if len(rest) <= INLINE else digest(rest))
+    else:
+        key = name + ":" + (canon if len(canon) <= INLINE else digest(canon))
     if spec is None:
         return Call(
             ToolSpec(name=name, fn=_unknown),
             args,
             canon,
-            args_digest,
             key,
             "write",
             gov.clock(),
             known=False,
         )
-    return Call(spec, args, canon, args_digest, key, spec.effect_for(args), gov.clock())
+    return Call(spec, args, canon, key, spec.effect_for(args), gov.clock())
 
 
 def _unknown(**_: Any) -> None:
     return None
 
 
-def _read(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
+def _cache_key(gov: Governor, st: SessionState, c: Call) -> str:
     spec = c.spec
-    fresh: dict[str, Any] | None = None
-    if spec.cacheable():
-        scope = (
-            "global"
-            if spec.scope == "global"
-            else st.session_id + "#" + _generation(st, spec.name, resources_of(spec, c.args))
-        )
-        # the arguments are already a sha256; the rest stays readable (and needs no hash)
-        c.cache_key = (
-            f"{gov.namespace}:cache:{{{scope}}}:{spec.name}:{spec.version}:{c.args_digest}"
-        )
-        if gov.store.blocking:
-            entry = yield from store_op(gov, c, "get", c.cache_key)
-        else:  # an in-process store: no generator round trip on the hot path
-            entry = direct_op(gov, c, "get", c.cache_key)
-        if isinstance(entry, dict) and (spec.ttl is None or gov.clock() - entry["t"] < spec.ttl):
-            fresh = entry
+    scope = (
+        "global"
+        if spec.scope == "global"
+        else st.session_id + "#" + _generation(st, spec.name, resources_of(spec, c.args))
+    )
+    # an in-process store keys short arguments by their text; a shared one by their sha256
+    args_id = c.args_digest if gov.store.blocking else c.args_id
+    c.cache_key = f"{gov.namespace}:cache:{{{scope}}}:{spec.name}:{spec.version}:{args_id}"
+    return c.cache_key
+
+
+def _served(gov: Governor, st: SessionState, c: Call, entry: Any) -> bool:
+    """Serve a read from its cache entry, or correct it (§4.2); True when that settles it."""
+    spec = c.spec
+    fresh = None
+    if isinstance(entry, dict) and (spec.ttl is None or gov.clock() - entry["t"] < spec.ttl):
+        fresh = entry
     # a TTL read whose entry expired is a fresh look, not a repeat
     if fresh is not None or not spec.ttl:
         with st.lock:
@@ -129,14 +140,25 @@ def _read(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
         if correction is not None:
             if gov.enforce:
                 c.status, c.correction = Status.CORRECTED, correction
-                return
+                return True
             c.would = "correct"
     if fresh is not None:
         if gov.enforce:
             c.status, c.value, c.cache_hit = Status.CACHED, fresh["v"], True
             c.result_digest, c.result_size = fresh.get("d"), fresh.get("n")
-            return
+            return True
         c.would = c.would or "cache"
+    return False
+
+
+def _read(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
+    spec = c.spec
+    if not c.looked_up:  # a shared store: the lookup is I/O
+        entry = None
+        if spec.cacheable():
+            entry = yield from store_op(gov, c, "get", _cache_key(gov, st, c))
+        if _served(gov, st, c, entry):
+            return
     if c.cache_key is None:
         yield from execute(gov, st, c)
         return

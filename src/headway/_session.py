@@ -320,10 +320,13 @@ class Session:
     ) -> Outcome:
         """Run one tool call through headway. Returns an Outcome; raises only
         ArgumentError, KeyReuseError and Stop."""
-        plan = _pipeline.plan(
-            self.governor, self._st, name, {} if args is None else args, idempotency_key, step_id
+        gov = self.governor
+        c = _pipeline.begin(
+            gov, self._st, name, {} if args is None else args, idempotency_key, step_id
         )
-        return drive_sync(plan, self.governor.sleep or time.sleep)
+        if isinstance(c, Outcome):
+            return c
+        return drive_sync(_pipeline.plan(gov, self._st, c), gov.sleep or time.sleep)
 
     async def acall(
         self,
@@ -334,10 +337,13 @@ class Session:
         step_id: str | None = None,
     ) -> Outcome:
         """``call`` for async code: async tools are awaited, sync tools run in a thread."""
-        plan = _pipeline.plan(
-            self.governor, self._st, name, {} if args is None else args, idempotency_key, step_id
+        gov = self.governor
+        c = _pipeline.begin(
+            gov, self._st, name, {} if args is None else args, idempotency_key, step_id
         )
-        return await drive_async(plan, self.governor.sleep or asyncio.sleep)
+        if isinstance(c, Outcome):
+            return c
+        return await drive_async(_pipeline.plan(gov, self._st, c), gov.sleep or asyncio.sleep)
 
     def record_turn(self, *, tokens: int = 0, cost: float = 0.0) -> None:
         """Report one model turn; the next call stops if a turn, token or cost budget ran out."""

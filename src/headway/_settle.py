@@ -17,6 +17,9 @@ if TYPE_CHECKING:
     from ._state import SessionState
 
 
+_WITH_VALUE = frozenset((Status.EXECUTED, Status.CACHED, Status.REPLAYED, Status.FALLBACK))
+
+
 def reach(gov: Governor, st: SessionState, stop: Stop) -> None:
     """A limit was reached: the session stops (shadow mode: records what would have)."""
     if gov.enforce:
@@ -56,7 +59,7 @@ def settle(gov: Governor, st: SessionState, c: Call) -> Outcome:
                 index,
                 spec.name,
                 c.key,
-                c.args_digest[:16],
+                c.args_id,
                 c.effect,
                 c.status,
                 text,
@@ -77,18 +80,16 @@ def settle(gov: Governor, st: SessionState, c: Call) -> Outcome:
             c.would = "stop"
         budget = st.meter.consumption(spec.name) if gov.sinks else (0, 0, 0)
         last_progress = st.monitor.last_progress_step
-    outcome = Outcome(
-        status=c.status,
-        tool=spec.name,
-        value=c.value
-        if c.status in (Status.EXECUTED, Status.CACHED, Status.REPLAYED, Status.FALLBACK)
-        else None,
-        executed=c.executed,
-        error=c.error,
-        correction=correction,
-        reconcile_key=c.reconcile_key,
-        step=index,
-        attempts=c.attempts,
+    outcome = Outcome(  # positional: keywords cost twice as much on this hot path
+        c.status,
+        spec.name,
+        c.value if c.status in _WITH_VALUE else None,
+        c.executed,
+        c.error,
+        correction,
+        c.reconcile_key,
+        index,
+        c.attempts,
     )
     if gov.sinks:
         record = _record(gov, st, c, outcome, now, mark, signals, budget, last_progress)

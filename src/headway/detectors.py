@@ -43,8 +43,8 @@ class Observation:
 
     index: int
     tool: str
-    key: str  # tool + canonical arguments (ignore_fields removed)
-    args_digest: str
+    key: str  # tool + canonical arguments (ignore_fields removed; sha256 when long)
+    args_id: str  # the canonical arguments when short, else their sha256
     effect: str
     status: Status
     text: str | None = None  # the result (or error) as text, for corrections
@@ -56,6 +56,13 @@ class Observation:
     unchanged: bool = False  # the result equals that of the previous identical call
     _shingles: frozenset[str] | None = None
     _sketch: frozenset[str] | None = None
+
+    @property
+    def args_digest(self) -> str:
+        """The first 16 hex digits of the arguments' sha256."""
+        if len(self.args_id) == 64 and not self.args_id.startswith("{"):
+            return self.args_id[:16]
+        return hashlib.sha256(self.args_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
     def grams(self) -> frozenset[str]:
         if self._shingles is None:
@@ -435,7 +442,7 @@ class Monitor:
         index: int,
         tool: str,
         key: str,
-        args_digest: str,
+        args_id: str,
         effect: str,
         status: Status,
         text: str | None,
@@ -452,7 +459,7 @@ class Monitor:
                 norm = norm[: _KEEP // 2] + "\x00" + full + norm[-_KEEP // 2 :]
         if text is not None and len(text) > _KEEP:
             text = text[:_KEEP]
-        obs = Observation(index, tool, key, args_digest, effect, status, text, norm, error)
+        obs = Observation(index, tool, key, args_id, effect, status, text, norm, error)
         obs.args = args if len(args) <= 300 else args[:300] + "..."
         return obs
 

@@ -8,10 +8,12 @@ from collections.abc import Callable, Sequence
 Normalizer = Callable[[str], str]
 
 _VOLATILE = re.compile(
+    r"(?=[0-9a-fA-F])(?:"  # every alternative starts with a hex digit: other positions fail fast
     r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?"  # timestamps
     r"|\b\d{1,2}:\d{2}:\d{2}(?:\.\d+)?\b"  # clock times with seconds
     r"|\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"  # UUIDs
     r"|\b[0-9a-f]{16,}\b"  # long hex ids and hashes (see _volatile)
+    r")"
 )
 
 
