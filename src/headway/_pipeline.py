@@ -116,23 +116,36 @@ def _unknown(**_: Any) -> None:
 
 def _cache_key(gov: Governor, st: SessionState, c: Call) -> str:
     spec = c.spec
+    # an in-process store keys short arguments by their text; a shared one by their sha256
+    args_id = c.args_digest if gov.store.blocking else c.args_id
+    # the prefix changes only when a write bumps the epochs: remember it until then
+    epoch = st.epoch  # read before the generations (invalidate() bumps them first)
+    if spec.resources is None:
+        memo = st.key_prefixes.get(spec.name)
+        if memo is not None and memo[0] is spec and memo[1] == epoch:
+            c.cache_key = memo[2] + args_id
+            return c.cache_key
     scope = (
         "global"
         if spec.scope == "global"
         else st.session_id + "#" + _generation(st, spec.name, resources_of(spec, c.args))
     )
-    # an in-process store keys short arguments by their text; a shared one by their sha256
-    args_id = c.args_digest if gov.store.blocking else c.args_id
-    c.cache_key = f"{gov.namespace}:cache:{{{scope}}}:{spec.name}:{spec.version}:{args_id}"
+    prefix = f"{gov.namespace}:cache:{{{scope}}}:{spec.name}:{spec.version}:"
+    if spec.resources is None:
+        st.key_prefixes[spec.name] = (spec, epoch, prefix)
+    c.cache_key = prefix + args_id
     return c.cache_key
+
+
+def _fresh(gov: Governor, spec: ToolSpec, entry: Any) -> bool:
+    """A cache entry that may be served (a TTL entry within its TTL)."""
+    return isinstance(entry, dict) and (spec.ttl is None or gov.clock() - entry["t"] < spec.ttl)
 
 
 def _served(gov: Governor, st: SessionState, c: Call, entry: Any) -> bool:
     """Serve a read from its cache entry, or correct it (§4.2); True when that settles it."""
     spec = c.spec
-    fresh = None
-    if isinstance(entry, dict) and (spec.ttl is None or gov.clock() - entry["t"] < spec.ttl):
-        fresh = entry
+    fresh = entry if _fresh(gov, spec, entry) else None
     # a TTL read whose entry expired is a fresh look, not a repeat
     if fresh is not None or not spec.ttl:
         with st.lock:
@@ -222,14 +235,15 @@ def _flight_across_processes(gov: Governor, c: Call) -> Plan[tuple[bool, dict[st
     while waited < limit:
         yield Sleep(_FLIGHT_POLL_S)
         waited += _FLIGHT_POLL_S
-        if gov.store.blocking:
-            entry = yield from store_op(gov, c, "get", c.cache_key)
-        else:  # an in-process store: no generator round trip on the hot path
-            entry = direct_op(gov, c, "get", c.cache_key)
-        if isinstance(entry, dict) and (spec.ttl is None or gov.clock() - entry["t"] < spec.ttl):
+        entry = yield from store_op(gov, c, "get", c.cache_key)
+        if _fresh(gov, spec, entry):
             return False, entry
         if (yield from store_op(gov, c, "get", key)) is None:
-            break  # the winner finished without a cacheable result
+            # the winner finished, maybe just after our look: its entry, if it made one
+            entry = yield from store_op(gov, c, "get", c.cache_key)
+            if _fresh(gov, spec, entry):
+                return False, entry
+            break  # it finished without a cacheable result
     c.flag("flight_wait_gave_up")
     return False, None
 
@@ -304,6 +318,7 @@ def invalidate(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
             gen.update(kept)
             gen["*"] = gen.get("*", 0) + 1  # forgotten epochs: everything becomes stale
         snapshot = dict(gen)
+        st.epoch += 1  # after the bumps: a key prefix remembered from before is stale
     yield from store_op(gov, c, "set", gov.generation_key(st.session_id), snapshot, gov.cache_gc_s)
 
 

@@ -78,7 +78,7 @@ def settle(gov: Governor, st: SessionState, c: Call) -> Outcome:
             reach(gov, st, stop)
         if not gov.enforce and st.would_stop is not None:
             c.would = "stop"
-        budget = st.meter.consumption(spec.name) if gov.sinks else (0, 0, 0)
+        budget = st.meter.consumption(spec.name) if gov.sink_modes else (0, 0, 0)
         last_progress = st.monitor.last_progress_step
     outcome = Outcome(  # positional: keywords cost twice as much on this hot path
         c.status,
@@ -91,22 +91,12 @@ def settle(gov: Governor, st: SessionState, c: Call) -> Outcome:
         index,
         c.attempts,
     )
-    if gov.sinks:
-        record = _record(gov, st, c, outcome, now, mark, signals, budget, last_progress)
-        plain: dict[str, Any] | None = None
-        for sink, lazy in gov.sink_modes:
-            try:
-                if lazy:
-                    sink.write(record)
-                else:
-                    plain = plain if plain is not None else record.to_dict()
-                    sink.write(plain)
-            except Exception as exc:  # an audit sink must never break a call
-                gov.report_sink_error(sink, exc)
+    if gov.sink_modes:
+        _audit(gov, st, c, outcome, now, mark, signals, budget, last_progress)
     return outcome
 
 
-def _record(
+def _audit(
     gov: Governor,
     st: SessionState,
     c: Call,
@@ -116,51 +106,85 @@ def _record(
     signals: dict[str, Any],
     budget: tuple[int, int, int],
     last_progress: int | None,
-) -> AuditRecord:
+) -> None:
+    """Hand the call's record to every sink; a sink that fails is reported, never raised."""
     if c.result_digest is None and c.text is None and out.value is not None:
         c.text = result_text(out.value)  # now: the caller may change the value later
     error_code = c.error.get("code") if c.error else None
-    agent, session = st.agent, st.session_id
+    source = (
+        c,
+        out,
+        now,
+        mark,
+        signals,
+        budget,
+        last_progress,
+        st.agent,
+        st.session_id,
+        error_code,
+    )
+    record = AuditRecord(_values, source, c.spec.redact, st.session_id)
+    plain: dict[str, Any] | None = None
+    for sink, lazy in gov.sink_modes:
+        try:
+            if lazy:
+                sink.write(record)
+            else:
+                plain = plain if plain is not None else record.to_dict()
+                sink.write(plain)
+        except Exception as exc:  # an audit sink must never break a call
+            gov.report_sink_error(sink, exc)
 
-    def values() -> list[Any]:
-        if c.result_digest is None and c.text is not None:
-            c.result_digest, c.result_size = digest(c.text), len(c.text)
-        saved = 0
-        if c.status is Status.CACHED or c.status is Status.REPLAYED or c.status is Status.CORRECTED:
-            saved = (c.result_size or 0) // 4
-        return [
-            now,
-            agent,
-            session,
-            out.step,
-            out.tool,
-            c.args_digest,
-            args_field(c.canon, c.spec.redact),
-            c.result_digest,
-            c.result_size,
-            c.status.value,
-            c.executed,
-            c.cache_hit,
-            c.coalesced,
-            c.idem_key,
-            c.idem_state,
-            c.reconcile_s,
-            c.attempts,
-            c.breaker,
-            round((now - c.started) * 1000, 3),
-            mark,
-            signals,
-            _decision(c),
-            c.would,
-            error_code,
-            out.correction is not None,
-            {"tool_calls": budget[0], "tool": budget[1], "retries": budget[2]},
-            last_progress,
-            saved,
-            c.flags,
-        ]
 
-    return AuditRecord(values, c.spec.redact, session)
+def _values(
+    c: Call,
+    out: Outcome,
+    now: float,
+    mark: str,
+    signals: dict[str, Any],
+    budget: tuple[int, int, int],
+    last_progress: int | None,
+    agent: str | None,
+    session: str,
+    error_code: str | None,
+) -> list[Any]:
+    """The record's values in ``audit.FIELDS`` order, from the snapshot taken at settle."""
+    if c.result_digest is None and c.text is not None:
+        c.result_digest, c.result_size = digest(c.text), len(c.text)
+    saved = 0
+    if c.status is Status.CACHED or c.status is Status.REPLAYED or c.status is Status.CORRECTED:
+        saved = (c.result_size or 0) // 4
+    return [
+        now,
+        agent,
+        session,
+        out.step,
+        out.tool,
+        c.args_digest,
+        args_field(c.canon, c.spec.redact),
+        c.result_digest,
+        c.result_size,
+        c.status.value,
+        c.executed,
+        c.cache_hit,
+        c.coalesced,
+        c.idem_key,
+        c.idem_state,
+        c.reconcile_s,
+        c.attempts,
+        c.breaker,
+        round((now - c.started) * 1000, 3),
+        mark,
+        signals,
+        _decision(c),
+        c.would,
+        error_code,
+        out.correction is not None,
+        {"tool_calls": budget[0], "tool": budget[1], "retries": budget[2]},
+        last_progress,
+        saved,
+        c.flags,
+    ]
 
 
 _DECISIONS = {

@@ -23,6 +23,9 @@ class SessionState:
     stop: Stop | None = None  # set when a limit is reached: the next call raises it
     would_stop: dict[str, Any] | None = None  # shadow mode: the stop that did not happen
     generation: dict[str, int] = dataclasses.field(default_factory=dict)  # cache epochs
+    epoch: int = 0  # bumped after every change of ``generation``
+    # tool -> (its spec, the epoch, its cache-key prefix then)
+    key_prefixes: dict[str, tuple[Any, int, str]] = dataclasses.field(default_factory=dict)
     unknown_writes: dict[str, float] = dataclasses.field(default_factory=dict)  # §5.4
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 

@@ -45,17 +45,22 @@ class AuditRecord(Mapping[str, Any]):
     """One call's record: its values in ``FIELDS`` order, read as a mapping.
 
     Built on every call, so nothing is computed until read: the values come from
-    ``make()`` on first access (the pipeline hands over a snapshot taken when the call
-    settled), ``args`` (the redacted canonical text) is summarised on first access too,
+    ``make(*source)`` on first access (``source`` is the snapshot the pipeline took when
+    the call settled), ``args`` (the redacted canonical text) is summarised on first access too,
     and ``to_dict()`` makes the plain dict that serialising sinks receive.
     """
 
-    __slots__ = ("_make", "_redact", "_values", "session")
+    __slots__ = ("_make", "_redact", "_source", "_values", "session")
 
     def __init__(
-        self, make: Callable[[], list[Any]], redact: tuple[str, ...], session: str
+        self,
+        make: Callable[..., list[Any]],
+        source: tuple[Any, ...],
+        redact: tuple[str, ...],
+        session: str,
     ) -> None:
-        self._make: Callable[[], list[Any]] | None = make
+        self._make: Callable[..., list[Any]] | None = make
+        self._source = source
         self._values: list[Any] = []
         self._redact = redact
         self.session = session
@@ -64,7 +69,7 @@ class AuditRecord(Mapping[str, Any]):
         i = _INDEX[key]
         make = self._make
         if make is not None:  # the first read (two racing readers make equal lists)
-            self._values = make()
+            self._values = make(*self._source)
             self._make = None
         values = self._values
         if i == _ARGS and isinstance(values[i], _Canonical):
@@ -153,17 +158,19 @@ class MemoryAudit:
 
     def write(self, record: Mapping[str, Any]) -> None:
         sid = record.session if isinstance(record, AuditRecord) else str(record["session"])
-        with self._lock:
-            queue = self._by_session.get(sid)
-            if queue is None:
-                queue = self._by_session[sid] = collections.deque(maxlen=self._per_session)
-                while len(self._by_session) > self._sessions:
-                    self._by_session.popitem(last=False)
-            queue.append(record)  # type: ignore[arg-type]  # records are fresh: no copy
+        queue = self._by_session.get(sid)  # get and append are atomic: a lock only to add
+        if queue is None:
+            with self._lock:
+                queue = self._by_session.get(sid)
+                if queue is None:
+                    queue = self._by_session[sid] = collections.deque(maxlen=self._per_session)
+                    while len(self._by_session) > self._sessions:
+                        self._by_session.popitem(last=False)
+        queue.append(record)  # type: ignore[arg-type]  # records are fresh: no copy
 
     def records(self, session_id: str) -> list[dict[str, Any]]:
-        with self._lock:
-            kept = list(self._by_session.get(session_id, ()))
+        queue = self._by_session.get(session_id)
+        kept = queue.copy() if queue is not None else ()  # copy(): atomic, unlike iterating
         return [r.to_dict() if isinstance(r, AuditRecord) else dict(r) for r in kept]
 
 

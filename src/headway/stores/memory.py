@@ -6,7 +6,20 @@ import threading
 import time
 from typing import Any
 
+import orjson
+
 from ._base import dumps, loads
+
+
+def _orjson_reads_back(value: Any) -> bool:
+    """Whether orjson parses this value's stored text back exactly. It reads integers past
+    64 bits as floats; it refuses to write those (and anything else it cannot read back
+    the same), so a value it can write is one it reads back."""
+    try:
+        orjson.dumps(value)
+    except (orjson.JSONEncodeError, TypeError):
+        return False
+    return True
 
 
 class MemoryStore:
@@ -19,7 +32,8 @@ class MemoryStore:
     blocking = False
 
     def __init__(self, *, max_entries: int = 100_000) -> None:
-        self._data: dict[str, tuple[str, float | None]] = {}
+        # key -> (JSON text, expiry, whether orjson may parse it: three times faster)
+        self._data: dict[str, tuple[str, float | None, bool]] = {}
         self._lock = threading.Lock()
         self.max_entries = max_entries
 
@@ -32,9 +46,9 @@ class MemoryStore:
             return None
         return item[0]
 
-    def _put(self, key: str, text: str, ttl_s: float | None, now: float) -> None:
+    def _put(self, key: str, text: str, ttl_s: float | None, now: float, fast: bool) -> None:
         self._data.pop(key, None)
-        self._data[key] = (text, None if ttl_s is None else now + ttl_s)
+        self._data[key] = (text, None if ttl_s is None else now + ttl_s, fast)
         if len(self._data) > self.max_entries:
             for old in list(self._data)[: len(self._data) - self.max_entries]:
                 del self._data[old]
@@ -46,24 +60,27 @@ class MemoryStore:
         if item[1] is not None and item[1] <= time.monotonic():
             with self._lock:
                 return loads(self._live(key, time.monotonic()))
-        return loads(item[0])
+        return orjson.loads(item[0]) if item[2] else loads(item[0])
 
     def set(self, key: str, value: Any, ttl_s: float | None = None) -> None:
         text = dumps(value)
+        fast = _orjson_reads_back(value)
         with self._lock:
-            self._put(key, text, ttl_s, time.monotonic())
+            self._put(key, text, ttl_s, time.monotonic(), fast)
 
     def add(self, key: str, value: Any, ttl_s: float | None = None) -> bool:
         text = dumps(value)
+        fast = _orjson_reads_back(value)
         with self._lock:
             now = time.monotonic()
             if self._live(key, now) is not None:
                 return False
-            self._put(key, text, ttl_s, now)
+            self._put(key, text, ttl_s, now, fast)
             return True
 
     def swap(self, key: str, expected: Any, value: Any | None, ttl_s: float | None = None) -> bool:
         old, new = dumps(expected), None if value is None else dumps(value)
+        fast = value is not None and _orjson_reads_back(value)
         with self._lock:
             now = time.monotonic()
             if self._live(key, now) != old:
@@ -71,7 +88,7 @@ class MemoryStore:
             if new is None:
                 del self._data[key]
             else:
-                self._put(key, new, ttl_s, now)
+                self._put(key, new, ttl_s, now, fast)
             return True
 
     def delete(self, key: str) -> None:
