@@ -10,7 +10,7 @@ from . import breaker as brk
 from ._call import Call, describe
 from ._effects import Attempt, AttemptTimeout, Blocking, Plan, Sleep
 from ._spec import ToolSpec
-from .outcome import Status, error_info
+from .outcome import ERROR, EXECUTED, FALLBACK, UNKNOWN, error_info
 from .retry import (
     DEFAULT_RETRY,
     NO_RETRY,
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from ._state import SessionState
 
 _DIGITS = re.compile(r"\d+")
+_STATE_SEEN = {"allow": "closed", "probe": "half_open", "reject": "open"}
 
 
 def _policy(gov: Governor, c: Call) -> Retry:
@@ -56,10 +57,13 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
         if b is not None:
             lease = b.probe_lease_s or spec.timeout or 60.0
             now = gov.clock()
-            decision, retry_after = yield from breaker_update(
-                gov, spec, b, lambda s, n=now, le=lease: brk.admit(b, s, n, le)
+            admit = lambda s, n=now, le=lease: brk.admit(b, s, n, le)  # noqa: E731
+            decision, retry_after = (
+                (yield from breaker_update(gov, spec, b, admit))
+                if b.shared
+                else local_update(gov, spec, admit)
             )
-            c.breaker = {"allow": "closed", "probe": "half_open", "reject": "open"}[decision]
+            c.breaker = _STATE_SEEN[decision]
             if decision == "reject":
                 _circuit_open(c, retry_after)
                 return
@@ -85,12 +89,14 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
                 )
             raise
         else:
-            c.status, c.executed, c.error = Status.EXECUTED, True, None
+            c.status, c.executed, c.error = EXECUTED, True, None
             if b is not None:
                 now = gov.clock()
-                yield from breaker_update(
-                    gov, spec, b, lambda s, n=now, p=probe: (brk.record(b, s, True, p, n), None)
-                )
+                ok = lambda s, n=now, p=probe: (brk.record(b, s, True, p, n), None)  # noqa: E731
+                if b.shared:
+                    yield from breaker_update(gov, spec, b, ok)
+                else:
+                    local_update(gov, spec, ok)
             return
         c.executed = True
         verdict = _classify(classify, failure, timed_out, spec)
@@ -107,7 +113,7 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
         c.value = None
         if timed_out and c.effect == "write":
             # the remote may have acted: never retried blindly, reconciled on next use
-            c.status = Status.UNKNOWN
+            c.status = UNKNOWN
             c.error = error_info(
                 "timeout", describe(failure), retryable=False, hint="Do not repeat this call."
             )
@@ -178,7 +184,7 @@ def _fail(c: Call, exc: BaseException, verdict: Classification, timed_out: bool)
             if retryable
             else "Check the arguments against the tool's description, or use another tool."
         )
-    c.status = Status.ERROR
+    c.status = ERROR
     c.error = error_info(code, message, retryable=retryable, hint=hint)
     c.fingerprint = f"{name}:{_DIGITS.sub('#', text)[:300]}"
 
@@ -189,12 +195,12 @@ def _circuit_open(c: Call, retry_after: float) -> None:
         fb = spec.fallback
         try:
             c.value = fb(c.args) if callable(fb) else fb
-            c.status = Status.FALLBACK
+            c.status = FALLBACK
         except Exception as exc:
             c.flag(f"fallback_failed: {describe(exc)}"[:200])
         else:
             return
-    c.status = Status.ERROR
+    c.status = ERROR
     c.fingerprint = "circuit_open"  # calling it again anyway is a repeated error
     c.error = error_info(
         "circuit_open",
@@ -205,15 +211,20 @@ def _circuit_open(c: Call, retry_after: float) -> None:
     )
 
 
+def local_update(gov: Governor, spec: ToolSpec, fn: Any) -> Any:
+    """Apply a pure transition ``fn(state) -> (state, result)`` to this process's breaker."""
+    with gov.breaker_lock:
+        state = gov.breakers.get(spec.name, brk.CLOSED)
+        new, result = fn(state)
+        if new is not state:
+            gov.breakers[spec.name] = new
+    return result
+
+
 def breaker_update(gov: Governor, spec: ToolSpec, b: brk.Breaker, fn: Any) -> Plan[Any]:
     """Apply a pure transition ``fn(state) -> (state, result)`` atomically."""
     if not b.shared:
-        with gov.breaker_lock:
-            state = gov.breakers.get(spec.name, brk.CLOSED)
-            new, result = fn(state)
-            if new is not state:
-                gov.breakers[spec.name] = new
-        return result
+        return local_update(gov, spec, fn)
     key = gov.breaker_key(spec.name)
     store = gov.store
     for _ in range(1000):  # optimistic concurrency: retry on a lost compare-and-set

@@ -10,7 +10,7 @@ import orjson
 
 from ._canonical import digest
 from ._spec import ToolSpec
-from .outcome import Status
+from .outcome import ERROR, Status
 
 INLINE = 256  # canonical arguments up to this long identify a call as they are
 
@@ -22,7 +22,7 @@ class Call:
     and only the fields a call actually sets are assigned.
     """
 
-    status: Status = Status.ERROR
+    status: Status = ERROR
     value: Any = None
     executed: bool = False
     error: dict[str, Any] | None = None

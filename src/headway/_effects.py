@@ -74,10 +74,14 @@ def _run_coroutine(fn: Callable[..., Any], kwargs: Mapping[str, Any], timeout: f
     return asyncio.run(main())
 
 
+# plain results skip inspect.isawaitable (its Awaitable check is slow for them)
+_NOT_AWAITABLE = frozenset((dict, list, str, int, float, bool, type(None), tuple, bytes))
+
+
 def _call_through(fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:
     """Call ``fn``; an awaitable result (an object with an async ``__call__``) is run."""
     result = fn(**kwargs)
-    if inspect.isawaitable(result):
+    if type(result) not in _NOT_AWAITABLE and inspect.isawaitable(result):
         return asyncio.run(_awaited(result))
     return result
 
@@ -87,7 +91,7 @@ def _attempt_sync(e: Attempt, sleep: Callable[[float], None]) -> Any:
         fut = _pool.submit(_run_coroutine, e.fn, e.kwargs, e.timeout)
     elif e.timeout is None:
         result = e.fn(**e.kwargs)
-        if inspect.isawaitable(result):
+        if type(result) not in _NOT_AWAITABLE and inspect.isawaitable(result):
             return _pool.submit(asyncio.run, _awaited(result)).result()
         return result
     else:

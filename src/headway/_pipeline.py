@@ -26,7 +26,7 @@ from ._settle import check_stop, settle
 from ._spec import ToolSpec
 from .errors import ArgumentError
 from .idempotency import step_key
-from .outcome import Outcome, Status, error_info
+from .outcome import CACHED, CORRECTED, EXECUTED, UNKNOWN, Outcome, error_info
 
 if TYPE_CHECKING:
     from ._session import Governor
@@ -152,12 +152,12 @@ def _served(gov: Governor, st: SessionState, c: Call, entry: Any) -> bool:
             correction = st.monitor.before(spec, c.key, "read", c.canon)
         if correction is not None:
             if gov.enforce:
-                c.status, c.correction = Status.CORRECTED, correction
+                c.status, c.correction = CORRECTED, correction
                 return True
             c.would = "correct"
     if fresh is not None:
         if gov.enforce:
-            c.status, c.value, c.cache_hit = Status.CACHED, fresh["v"], True
+            c.status, c.value, c.cache_hit = CACHED, fresh["v"], True
             c.result_digest, c.result_size = fresh.get("d"), fresh.get("n")
             return True
         c.would = c.would or "cache"
@@ -185,7 +185,7 @@ def _read(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
         if shared is not None:
             c.coalesced = True
             c.status, c.value, c.error = shared[0], _copy(shared[1]), shared[2]
-            c.cache_hit = c.status is Status.CACHED
+            c.cache_hit = c.status is CACHED
             return
     stored = owns_flight = False
     try:
@@ -193,11 +193,11 @@ def _read(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
             # other processes sharing the store: one of them computes, the others wait
             owns_flight, entry = yield from _flight_across_processes(gov, c)
             if entry is not None:
-                c.status, c.value, c.cache_hit, c.coalesced = Status.CACHED, entry["v"], True, True
+                c.status, c.value, c.cache_hit, c.coalesced = CACHED, entry["v"], True, True
                 c.result_digest, c.result_size = entry.get("d"), entry.get("n")
                 return
         yield from execute(gov, st, c)
-        if c.status is Status.EXECUTED:
+        if c.status is EXECUTED:
             c.text = result_text(c.value)
             if len(c.text) <= gov.max_cached_bytes:
                 c.result_digest, c.result_size = digest(c.text), len(c.text)
@@ -214,7 +214,7 @@ def _read(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
         if owns_flight:
             yield from store_op(gov, c, "delete", c.cache_key + ":flight")
         if leader:
-            shared_status = Status.CACHED if c.status is Status.EXECUTED else c.status
+            shared_status = CACHED if c.status is EXECUTED else c.status
             gov.flights.land(c.cache_key, (shared_status, _share(c, stored), c.error))
 
 
@@ -251,7 +251,7 @@ def _flight_across_processes(gov: Governor, c: Call) -> Plan[tuple[bool, dict[st
 def _share(c: Call, stored: bool) -> Any:
     """What followers get: a copy through the stored JSON text when the result is JSON (so
     no caller can change another's result), else the object itself."""
-    if c.status is not Status.EXECUTED:
+    if c.status is not EXECUTED:
         return None
     if stored and c.text is not None and not isinstance(c.value, str):
         return ("json", c.text)
@@ -351,5 +351,5 @@ def flag_store_error(c: Call, exc: BaseException) -> None:
 def execute_write(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
     """Run a write; if it may have acted, the session's cached reads are stale."""
     yield from execute(gov, st, c)
-    if c.executed or c.status is Status.UNKNOWN:
+    if c.executed or c.status is UNKNOWN:
         yield from invalidate(gov, st, c)

@@ -10,14 +10,23 @@ from ._canonical import digest
 from .audit import AuditRecord, args_field
 from .budgets import diagnostic
 from .errors import BudgetExceeded, LoopDetected, Stop
-from .outcome import Outcome, Status
+from .outcome import (
+    CACHED,
+    CORRECTED,
+    ERROR,
+    EXECUTED,
+    FALLBACK,
+    REPLAYED,
+    UNKNOWN,
+    Outcome,
+)
 
 if TYPE_CHECKING:
     from ._session import Governor
     from ._state import SessionState
 
 
-_WITH_VALUE = frozenset((Status.EXECUTED, Status.CACHED, Status.REPLAYED, Status.FALLBACK))
+_WITH_VALUE = frozenset((EXECUTED, CACHED, REPLAYED, FALLBACK))
 
 
 def reach(gov: Governor, st: SessionState, stop: Stop) -> None:
@@ -52,7 +61,7 @@ def settle(gov: Governor, st: SessionState, c: Call) -> Outcome:
         stop: Stop | None = None
         if c.known and not c.coalesced:
             text = c.error.get("message") if c.error else None
-            if c.status in (Status.EXECUTED, Status.REPLAYED, Status.FALLBACK):
+            if c.status in (EXECUTED, REPLAYED, FALLBACK):
                 text = c.text if c.text is not None else result_text(c.value)
                 c.text = text
             obs = st.monitor.observation(
@@ -152,7 +161,7 @@ def _values(
     if c.result_digest is None and c.text is not None:
         c.result_digest, c.result_size = digest(c.text), len(c.text)
     saved = 0
-    if c.status is Status.CACHED or c.status is Status.REPLAYED or c.status is Status.CORRECTED:
+    if c.status is CACHED or c.status is REPLAYED or c.status is CORRECTED:
         saved = (c.result_size or 0) // 4
     return [
         now,
@@ -188,19 +197,19 @@ def _values(
 
 
 _DECISIONS = {
-    Status.EXECUTED: "execute",
-    Status.CACHED: "cache",
-    Status.REPLAYED: "replay",
-    Status.CORRECTED: "correct",
-    Status.UNKNOWN: "unknown",
-    Status.FALLBACK: "fallback",
-    Status.ERROR: "execute",
+    EXECUTED: "execute",
+    CACHED: "cache",
+    REPLAYED: "replay",
+    CORRECTED: "correct",
+    UNKNOWN: "unknown",
+    FALLBACK: "fallback",
+    ERROR: "execute",
 }
 
 
 def _decision(c: Call) -> str:
     if c.coalesced:
         return "coalesce"
-    if c.status is Status.ERROR and not c.executed:
+    if c.status is ERROR and not c.executed:
         return "reject"
     return _DECISIONS[c.status]

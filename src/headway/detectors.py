@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Protocol
 
 from ._spec import ToolSpec
-from .outcome import Status, render
+from .outcome import CACHED, CORRECTED, ERROR, EXECUTED, FALLBACK, REPLAYED, UNKNOWN, Status, render
 from .similarity import (
     SHORT,
     SKETCH_FLOOR,
@@ -34,7 +34,7 @@ _KEEP = 8192  # characters of a result kept per step
 _TRIVIAL = 3  # results this short carry no content of their own
 _MAX_POLLS_TRACKED = 256  # distinct polled calls whose waiting is counted
 _CANDIDATES = 8  # earlier results of the same tool compared for near-duplicates
-_NEUTRAL = (Status.ERROR, Status.FALLBACK, Status.UNKNOWN, Status.REPLAYED)
+_NEUTRAL = (ERROR, FALLBACK, UNKNOWN, REPLAYED)
 
 
 @dataclasses.dataclass(slots=True)
@@ -254,10 +254,10 @@ class Monitor:
         # progress mark (§4.1)
         correction: str | None = None
         status = step.status
-        if status in (Status.CACHED, Status.CORRECTED):
+        if status in (CACHED, CORRECTED):
             step.mark = "no_progress"
             step.duplicate = step.unchanged = True
-        elif status is Status.ERROR:
+        elif status is ERROR:
             fp, run = self._errors.get(step.tool, ("", 0))
             run = run + 1 if fp == step.error else 1
             self._errors[step.tool] = (step.error or "", run)
@@ -276,7 +276,7 @@ class Monitor:
         else:
             self._errors.pop(step.tool, None)
             step.mark = self._progress_mark(spec, step, prev, value)
-            if status is Status.EXECUTED:
+            if status is EXECUTED:
                 self._last_value[step.tool] = value
         # counters
         stop: dict[str, Any] | None = None
@@ -287,7 +287,7 @@ class Monitor:
             self._polls.pop(step.key, None)
         elif step.mark == "no_progress":
             self.no_progress_run += 1
-        if spec.poll and status is Status.EXECUTED:
+        if spec.poll and status is EXECUTED:
             stop = self._poll_budget(spec, step, now)
             stop_kind = "budget" if stop else None
         self._push(step)
@@ -300,9 +300,7 @@ class Monitor:
                     f"headway: no progress in the last {run} steps (the last: {step.tool} "
                     f"{step.args[:200]}); this run is being stopped."
                 )
-            elif (
-                run >= max(1, limit // 2) and correction is None and status is not Status.CORRECTED
-            ):
+            elif run >= max(1, limit // 2) and correction is None and status is not CORRECTED:
                 correction = (
                     f"headway: no progress in the last {run} steps: {step.tool} {step.args[:200]} "
                     "returned what you already had. Change your approach or finish; at "
@@ -407,7 +405,7 @@ class Monitor:
         self.pushed += 1
         if step.norm is not None:
             self._norms[step.norm] = self._norms.get(step.norm, 0) + 1
-        served = step.status in (Status.CACHED, Status.CORRECTED)
+        served = step.status in (CACHED, CORRECTED)
         earlier = self._last_of_key.get(step.key)
         if served and earlier is not None:
             earlier.unchanged = True  # served again: the result did not change
@@ -451,7 +449,7 @@ class Monitor:
     ) -> Observation:
         """A step to pass to ``after()``; stored texts are capped so memory stays bounded."""
         norm = None
-        if text is not None and error is None and status not in (Status.CACHED, Status.CORRECTED):
+        if text is not None and error is None and status not in (CACHED, CORRECTED):
             norm = normalize(text, self.normalizers)
             if len(norm) > _KEEP:
                 # head and tail for similarity, a digest so that equality stays exact

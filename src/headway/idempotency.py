@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from ._canonical import digest
 from ._effects import Blocking, Plan, Sleep
 from .errors import KeyReuseError, StoreError
-from .outcome import Status, error_info
+from .outcome import ERROR, EXECUTED, REPLAYED, UNKNOWN, error_info
 
 if TYPE_CHECKING:
     from ._call import Call
@@ -96,7 +96,7 @@ class Writes:
                 return
             st.unknown_writes.pop(rkey, None)
         yield from execute_write(gov, st, c)
-        if c.status is Status.UNKNOWN:
+        if c.status is UNKNOWN:
             c.reconcile_key = rkey
             st.unknown_writes[rkey] = gov.clock()
             self._keep_late(c, rkey)
@@ -134,16 +134,16 @@ class Writes:
                 raise KeyReuseError(key, str(record.get("tool")))
             state = record.get("state")
             if state == "completed":
-                c.status, c.value, c.idem_state = Status.REPLAYED, record.get("result"), "completed"
+                c.status, c.value, c.idem_state = REPLAYED, record.get("result"), "completed"
                 return
             if state == "failed_final":
-                c.status, c.idem_state = Status.ERROR, "failed_final"
+                c.status, c.idem_state = ERROR, "failed_final"
                 c.error = record.get("error")
                 return
             if state == "in_progress":
                 if now < record.get("lease", 0):
                     if waited >= gov.in_progress_wait_s:
-                        c.status, c.idem_state = Status.ERROR, "in_progress"
+                        c.status, c.idem_state = ERROR, "in_progress"
                         retry_after = max(record["lease"] - now, _POLL_S)
                         c.error = error_info(
                             "in_progress",
@@ -172,7 +172,7 @@ class Writes:
                 return
             continue  # a state we do not know (newer version): look again
         else:
-            c.status = Status.ERROR
+            c.status = ERROR
             c.error = error_info("in_progress", "could not claim the key", retryable=True, hint="")
             return
         # we own the key: run the tool once
@@ -208,7 +208,7 @@ class Writes:
 
         key = c.idem_key or ""
         now = gov.clock()
-        if c.status is Status.EXECUTED:
+        if c.status is EXECUTED:
             done = {**claim, "state": "completed", "result": c.value, "owner": None, "done_at": now}
             try:
                 saved = yield Blocking(
@@ -222,7 +222,7 @@ class Writes:
                 return
             # the tool ran but its result is not recorded: UNKNOWN, resolved from here
             self.late.keep(key, ("done", c.value))
-            c.status, c.idem_state, c.value = Status.UNKNOWN, "unknown", None
+            c.status, c.idem_state, c.value = UNKNOWN, "unknown", None
             c.error = error_info(
                 "result_not_recorded",
                 "the operation ran but its result could not be recorded",
@@ -230,18 +230,13 @@ class Writes:
                 hint="Do not repeat this call; call again with the same key to get its result.",
             )
             return
-        if c.status is Status.UNKNOWN:
+        if c.status is UNKNOWN:
             unknown = {**claim, "state": "unknown", "unknown_at": now, "owner": None}
             yield from _swap(gov, rkey, claim, unknown)
             c.idem_state = "unknown"
             self._keep_late(c, key)
             return
-        if (
-            c.status is Status.ERROR
-            and c.spec.failed_final
-            and c.error
-            and not c.error.get("retryable")
-        ):
+        if c.status is ERROR and c.spec.failed_final and c.error and not c.error.get("retryable"):
             final = {**claim, "state": "failed_final", "error": c.error, "owner": None}
             yield from _swap(gov, rkey, claim, final)
             c.idem_state = "failed_final"
@@ -298,14 +293,14 @@ class Writes:
             if not won:
                 return "raced"
         self.late.forget(key)
-        c.status, c.value, c.idem_state = Status.REPLAYED, result, "completed"
+        c.status, c.value, c.idem_state = REPLAYED, result, "completed"
         c.flag(f"reconciled_by_{found[0]}")
         if since is not None:
             c.reconcile_s = round(gov.clock() - since, 6)
         return "found"
 
     def _still_unknown(self, c: Call, why: str) -> str:
-        c.status, c.idem_state = Status.UNKNOWN, "unknown"
+        c.status, c.idem_state = UNKNOWN, "unknown"
         c.error = error_info(
             "unknown_outcome",
             f"the outcome of an earlier identical call is unknown ({why})",
@@ -323,7 +318,7 @@ class Writes:
             c.flag("store_failure_open")
             yield from execute_write(gov, st, c)
             return
-        c.status, c.idem_state = Status.ERROR, "store_unavailable"
+        c.status, c.idem_state = ERROR, "store_unavailable"
         c.error = error_info(
             "store_unavailable",
             f"the idempotency store is unreachable ({exc}); the write was not performed",

@@ -34,7 +34,7 @@ def strip_volatile(text: str) -> str:
 
 def strip_wrappers(text: str) -> str:
     """Drop fixed wrappers such as ``<returncode>`` that make every output look alike."""
-    return _WRAPPERS.sub("", text)
+    return _WRAPPERS.sub("", text) if "<" in text else text
 
 
 DEFAULT_NORMALIZERS: tuple[Normalizer, ...] = (strip_wrappers, strip_volatile)
