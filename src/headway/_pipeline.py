@@ -71,8 +71,9 @@ def begin(
             c.flag("key_ignored_on_read")
         else:
             c.idem_key = idempotency_key or step_key(gov.namespace, st.session_id, str(step_id))
-    if c.effect == "read" and not (spec.cacheable() and gov.store.blocking):
-        entry = direct_op(gov, c, "get", _cache_key(gov, st, c)) if spec.cacheable() else None
+    cacheable = spec.cacheable()
+    if c.effect == "read" and not (cacheable and gov.store.blocking):
+        entry = direct_op(gov, c, "get", _cache_key(gov, st, c)) if cacheable else None
         if _served(gov, st, c, entry):
             return settle(gov, st, c)
         c.looked_up = True

@@ -100,6 +100,7 @@ class Verdict:
 class Monitor:
     __slots__ = (
         "_errors",
+        "_keys",
         "_last_of_key",
         "_last_value",
         "_memo",
@@ -136,6 +137,7 @@ class Monitor:
         self.no_progress_run = 0
         self.last_progress_step: int | None = None
         self._last_of_key: dict[str, Observation] = {}
+        self._keys: dict[str, int] = {}  # keys in the window -> count
         self._norms: dict[str, int] = {}  # normalised results in the window -> count
         self.pushed = 0  # steps ever pushed: the window's version
         self._memo: tuple[str, int, tuple[int, int] | None] | None = None
@@ -152,6 +154,7 @@ class Monitor:
         self._polls.clear()
         self.window.clear()
         self._last_of_key.clear()
+        self._keys.clear()
         self._norms.clear()
         self.pushed += 1
 
@@ -193,6 +196,8 @@ class Monitor:
         return found
 
     def _find_cycle(self, key: str) -> tuple[int, int] | None:
+        if key not in self._keys:
+            return None  # most calls: a key not in the window continues no cycle
         w = self.window
         n = len(w) + 1  # the window plus this call
         for p in range(2, 6):
@@ -222,7 +227,6 @@ class Monitor:
     ) -> Verdict:
         """Mark the step, update the window and decide escalation or a stop."""
         signals: dict[str, Any] = {}
-        prev = self._last_of_key.get(step.key)
         # repeat and cycle signals
         if step.key == self.repeat_key:
             self.repeat += 1
@@ -233,7 +237,18 @@ class Monitor:
         cycle = self._cycle(step.key)
         if cycle is not None:
             signals["cycle"] = {"period": cycle[0], "start": cycle[1]}
-        # result signals (a CACHED or CORRECTED step repeats by definition: no comparison)
+        status = step.status
+        if status is CACHED or status is CORRECTED:
+            # served again: a repeat by definition, no result to compare, no progress
+            if self.detectors:
+                self._plugins(step, signals)
+            step.mark = "no_progress"
+            step.duplicate = step.unchanged = True
+            self.no_progress_run += 1
+            self._push(step)
+            return self._decide(spec, step, signals, None, None, None, session_limit)
+        # result signals
+        prev = self._last_of_key.get(step.key)
         if step.norm is not None:
             step.unchanged = prev is not None and prev.norm is not None and self._near(step, prev)
             same_call = prev is not None and prev.norm == step.norm
@@ -246,18 +261,11 @@ class Monitor:
             elif step.unchanged or self._near_any(step):
                 step.duplicate = True
                 signals["near_duplicate"] = True
-        for det in self.detectors:
-            extra = det.observe(step, self.window)
-            if extra:
-                signals[det.name] = dict(extra)
-                step.duplicate = step.duplicate or bool(extra.get("duplicate"))
+        if self.detectors:
+            self._plugins(step, signals)
         # progress mark (§4.1)
         correction: str | None = None
-        status = step.status
-        if status in (CACHED, CORRECTED):
-            step.mark = "no_progress"
-            step.duplicate = step.unchanged = True
-        elif status is ERROR:
+        if status is ERROR:
             fp, run = self._errors.get(step.tool, ("", 0))
             run = run + 1 if fp == step.error else 1
             self._errors[step.tool] = (step.error or "", run)
@@ -291,16 +299,36 @@ class Monitor:
             stop = self._poll_budget(spec, step, now)
             stop_kind = "budget" if stop else None
         self._push(step)
-        limit = spec.no_progress_limit or session_limit
+        return self._decide(spec, step, signals, correction, stop, stop_kind, session_limit)
+
+    def _plugins(self, step: Observation, signals: dict[str, Any]) -> None:
+        for det in self.detectors:
+            extra = det.observe(step, self.window)
+            if extra:
+                signals[det.name] = dict(extra)
+                step.duplicate = step.duplicate or bool(extra.get("duplicate"))
+
+    def _decide(
+        self,
+        spec: ToolSpec,
+        step: Observation,
+        signals: dict[str, Any],
+        correction: str | None,
+        stop: dict[str, Any] | None,
+        stop_kind: Literal["loop", "budget"] | None,
+        session_limit: int,
+    ) -> Verdict:
+        """Escalate (a correction at half the no-progress limit) or stop (at the limit)."""
         run = self.no_progress_run
         if step.mark == "no_progress" and stop is None:
+            limit = spec.no_progress_limit or session_limit
             if run >= limit:
                 stop, stop_kind = self._loop_diagnostic(limit, signals), "loop"
                 correction = correction or (
                     f"headway: no progress in the last {run} steps (the last: {step.tool} "
                     f"{step.args[:200]}); this run is being stopped."
                 )
-            elif run >= max(1, limit // 2) and correction is None and status is not CORRECTED:
+            elif run >= max(1, limit // 2) and correction is None and step.status is not CORRECTED:
                 correction = (
                     f"headway: no progress in the last {run} steps: {step.tool} {step.args[:200]} "
                     "returned what you already had. Change your approach or finish; at "
@@ -395,6 +423,11 @@ class Monitor:
             old = self.window[0]
             if self._last_of_key.get(old.key) is old:
                 del self._last_of_key[old.key]
+            left = self._keys[old.key] - 1
+            if left:
+                self._keys[old.key] = left
+            else:
+                del self._keys[old.key]
             if old.norm is not None:
                 left = self._norms[old.norm] - 1
                 if left:
@@ -402,6 +435,7 @@ class Monitor:
                 else:
                     del self._norms[old.norm]
         self.window.append(step)
+        self._keys[step.key] = self._keys.get(step.key, 0) + 1
         self.pushed += 1
         if step.norm is not None:
             self._norms[step.norm] = self._norms.get(step.norm, 0) + 1
