@@ -54,7 +54,14 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
     start = gov.clock()
     while True:
         probe = False
-        if b is not None:
+        steady = (
+            b is not None
+            and not b.shared
+            and brk.steady(b, gov.breakers.get(spec.name, brk.CLOSED))
+        )
+        if steady:
+            c.breaker = "closed"  # admit() would allow and change nothing
+        elif b is not None:
             lease = b.probe_lease_s or spec.timeout or 60.0
             now = gov.clock()
             admit = lambda s, n=now, le=lease: brk.admit(b, s, n, le)  # noqa: E731
@@ -90,7 +97,9 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
             raise
         else:
             c.status, c.executed, c.error = EXECUTED, True, None
-            if b is not None:
+            if b is not None and not (
+                steady and brk.steady(b, gov.breakers.get(spec.name, brk.CLOSED))
+            ):
                 now = gov.clock()
                 ok = lambda s, n=now, p=probe: (brk.record(b, s, True, p, n), None)  # noqa: E731
                 if b.shared:

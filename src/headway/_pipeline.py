@@ -83,7 +83,10 @@ def begin(
 def plan(gov: Governor, st: SessionState, c: Call) -> Plan[Outcome]:
     """The rest of a call begun by ``begin()``: everything that may wait on I/O."""
     if c.effect == "read":
-        yield from _read(gov, st, c)
+        if c.looked_up and c.cache_key is None:  # not cacheable, already checked: just run it
+            yield from execute(gov, st, c)
+        else:
+            yield from _read(gov, st, c)
     else:
         yield from gov.writes.run(gov, st, c)
     return settle(gov, st, c)

@@ -49,6 +49,12 @@ class Breaker:
 CLOSED: State = {"state": "closed", "fails": 0, "opens": 0}
 
 
+def steady(b: Breaker, st: State) -> bool:
+    """Closed with no failure counted (and no ratio window): admitting a call and recording
+    a success both leave this state as it is, so the hot path need not take a lock."""
+    return st["state"] == "closed" and st["fails"] == 0 and b.ratio is None
+
+
 def admit(b: Breaker, st: State, now: float, lease_s: float) -> tuple[State, Admission]:
     """May a call go through now? Returns the new state and the decision."""
     kind = st["state"]
