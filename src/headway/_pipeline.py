@@ -73,7 +73,12 @@ def begin(
             c.idem_key = idempotency_key or step_key(gov.namespace, st.session_id, str(step_id))
     cacheable = spec.cacheable()
     if c.effect == "read" and not (cacheable and gov.store.blocking):
-        entry = direct_op(gov, c, "get", _cache_key(gov, st, c)) if cacheable else None
+        entry = None
+        if cacheable:
+            try:
+                entry = gov.store.get(_cache_key(gov, st, c))
+            except Exception as exc:  # reads fail open
+                flag_store_error(c, exc)
         if _served(gov, st, c, entry):
             return settle(gov, st, c)
         c.looked_up = True
@@ -111,7 +116,8 @@ def _new_call(
             gov.clock(),
             known=False,
         )
-    return Call(spec, args, canon, key, spec.effect_for(args), gov.clock())
+    effect = spec.effect if type(spec.effect) is str else spec.effect_for(args)
+    return Call(spec, args, canon, key, effect, gov.clock())
 
 
 def _unknown(**_: Any) -> None:

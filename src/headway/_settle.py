@@ -132,7 +132,7 @@ def _audit(
         st.session_id,
         error_code,
     )
-    record = AuditRecord(_values, source, c.spec.redact, st.session_id)
+    record = AuditRecord(_values, source, st.session_id)
     plain: dict[str, Any] | None = None
     for sink, lazy in gov.sink_modes:
         try:

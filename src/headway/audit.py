@@ -50,19 +50,14 @@ class AuditRecord(Mapping[str, Any]):
     and ``to_dict()`` makes the plain dict that serialising sinks receive.
     """
 
-    __slots__ = ("_make", "_redact", "_source", "_values", "session")
+    __slots__ = ("_make", "_source", "_values", "session")
 
     def __init__(
-        self,
-        make: Callable[..., list[Any]],
-        source: tuple[Any, ...],
-        redact: tuple[str, ...],
-        session: str,
+        self, make: Callable[..., list[Any]], source: tuple[Any, ...], session: str
     ) -> None:
         self._make: Callable[..., list[Any]] | None = make
         self._source = source
         self._values: list[Any] = []
-        self._redact = redact
         self.session = session
 
     def __getitem__(self, key: str) -> Any:
@@ -73,7 +68,7 @@ class AuditRecord(Mapping[str, Any]):
             self._make = None
         values = self._values
         if i == _ARGS and isinstance(values[i], _Canonical):
-            values[i] = summarize(values[i].text, self._redact)
+            values[i] = summarize(values[i].text, values[i].redact)
         return values[i]
 
     def __iter__(self) -> Iterator[str]:
@@ -91,15 +86,16 @@ class AuditRecord(Mapping[str, Any]):
 class _Canonical:
     """Canonical argument text not yet summarised (kept only when short: memory stays bounded)."""
 
-    __slots__ = ("text",)
+    __slots__ = ("redact", "text")
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, redact: tuple[str, ...]) -> None:
         self.text = text
+        self.redact = redact
 
 
 def args_field(canonical: str, redact: tuple[str, ...]) -> Any:
     """The ``args`` value of a record: summarised now if long, else on first read."""
-    return _Canonical(canonical) if len(canonical) <= 1000 else summarize(canonical, redact)
+    return _Canonical(canonical, redact) if len(canonical) <= 1000 else summarize(canonical, redact)
 
 
 @runtime_checkable
