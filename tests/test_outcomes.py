@@ -68,3 +68,13 @@ def test_unknown_tool_is_an_error_outcome_not_an_exception(gov: headway.Governor
         and out.error["code"] == "unknown_tool"
         and "known" in out.error["hint"]
     )
+
+
+def test_outcomes_from_calls_carry_every_field(gov: headway.Governor) -> None:
+    # the pipeline builds Outcome from its field tuple: a field added to Outcome must be filled
+    gov.register("f", ScriptedTool([{"a": 1}]), effect="read", deterministic=True)
+    s = gov.session("fields")
+    for status in (Status.EXECUTED, Status.CACHED):
+        out = s.call("f", {"x": 1})
+        assert out.status is status and len(out) == len(Outcome._fields)
+        assert out._asdict()["tool"] == "f" and out.value == {"a": 1}

@@ -46,7 +46,8 @@ def begin(
     """The part of a call that needs no I/O: checks, keys, and a read served from an
     in-process cache or corrected. Returns the Outcome when that settles the call, else
     the Call for ``plan()``: a cache hit costs no generator round trip."""
-    check_stop(gov, st)
+    if st.stop is not None or st.meter.budgets.wall_clock_s is not None:
+        check_stop(gov, st)
     if type(args) is not dict and not isinstance(args, Mapping):
         raise ArgumentError(
             f"arguments must be a mapping of names to values, not {type(args).__name__}"
@@ -157,7 +158,7 @@ def _served(gov: Governor, st: SessionState, c: Call, entry: Any) -> bool:
     spec = c.spec
     fresh = entry if _fresh(gov, spec, entry) else None
     # a TTL read whose entry expired is a fresh look, not a repeat
-    if fresh is not None or not spec.ttl:
+    if (fresh is not None or not spec.ttl) and st.monitor.may_correct(c.key):
         with st.lock:
             correction = st.monitor.before(spec, c.key, "read", c.canon)
         if correction is not None:

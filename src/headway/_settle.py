@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from ._state import SessionState
 
 
+_outcome = tuple.__new__  # a NamedTuple built from its full field tuple: the cheapest way
 _WITH_VALUE = frozenset((EXECUTED, CACHED, REPLAYED, FALLBACK))
 
 
@@ -89,16 +90,19 @@ def settle(gov: Governor, st: SessionState, c: Call) -> Outcome:
             c.would = "stop"
         budget = st.meter.consumption(spec.name) if gov.sink_modes else (0, 0, 0)
         last_progress = st.monitor.last_progress_step
-    outcome = Outcome(  # positional: keywords cost twice as much on this hot path
-        c.status,
-        spec.name,
-        c.value if c.status in _WITH_VALUE else None,
-        c.executed,
-        c.error,
-        correction,
-        c.reconcile_key,
-        index,
-        c.attempts,
+    outcome: Outcome = _outcome(  # Outcome's fields in order, without its __new__ frame
+        Outcome,
+        (
+            c.status,
+            spec.name,
+            c.value if c.status in _WITH_VALUE else None,
+            c.executed,
+            c.error,
+            correction,
+            c.reconcile_key,
+            index,
+            c.attempts,
+        ),
     )
     if gov.sink_modes:
         _audit(gov, st, c, outcome, now, mark, signals, budget, last_progress)

@@ -13,7 +13,7 @@ import dataclasses
 import hashlib
 from collections import deque
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 from ._spec import ToolSpec
 from .outcome import CACHED, CORRECTED, ERROR, EXECUTED, FALLBACK, REPLAYED, UNKNOWN, Status, render
@@ -86,8 +86,7 @@ class Detector(Protocol):
     ) -> Mapping[str, Any] | None: ...
 
 
-@dataclasses.dataclass(slots=True)
-class Verdict:
+class Verdict(NamedTuple):
     """What ``after()`` decided for a step."""
 
     mark: Mark
@@ -159,6 +158,12 @@ class Monitor:
         self.pushed += 1
 
     # -- before a call -------------------------------------------------------------
+
+    def may_correct(self, key: str) -> bool:
+        """Whether ``before()`` could correct a call with this key: only a key that repeats
+        the previous call's or that is in the window can. Needs no lock (a dict lookup and a
+        comparison): most calls skip ``before()`` and the lock it takes."""
+        return key == self.repeat_key or key in self._keys
 
     def before(self, spec: ToolSpec, key: str, effect: str, args: str = "") -> str | None:
         """A correction text when this call should not run (read repeat or cycle)."""
