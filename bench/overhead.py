@@ -90,10 +90,20 @@ def main() -> None:
     gov.register("cached", tool, effect="read", deterministic=True)
     gov.register("plain", tool, effect="read", timeout=None)
     gov.register("guarded", tool, effect="read", timeout=None, retry=headway.Retry(attempts=3))
-    hit_s = gov.session("hit")
+    # budgets on: every kind set, with limits this run never reaches
+    budgets = headway.Budgets(
+        turns=10**9,
+        tool_calls=10**9,
+        per_tool_calls=10**9,
+        retries_per_tool=10**9,
+        wall_clock_s=10**9,
+        tokens=10**12,
+        cost=10.0**9,
+    )
+    hit_s = gov.session("hit", budgets=budgets)
     for v in VARIANTS:
         hit_s.call("cached", v)
-    exec_s = gov.session("exec")
+    exec_s = gov.session("exec", budgets=budgets)
 
     def headway_hit() -> Any:
         return hit_s.call("cached", nxt())

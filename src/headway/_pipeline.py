@@ -46,15 +46,16 @@ def begin(
     """The part of a call that needs no I/O: checks, keys, and a read served from an
     in-process cache or corrected. Returns the Outcome when that settles the call, else
     the Call for ``plan()``: a cache hit costs no generator round trip."""
-    if st.stop is not None or st.meter.budgets.wall_clock_s is not None:
-        check_stop(gov, st)
+    now = gov.clock()
+    if st.stop is not None or now >= st.meter.deadline:
+        check_stop(gov, st, now)
     if type(args) is not dict and not isinstance(args, Mapping):
         raise ArgumentError(
             f"arguments must be a mapping of names to values, not {type(args).__name__}"
         )
     canon = canonical_json(args)
     spec = gov.spec(name)
-    c = _new_call(gov, spec, name, args, canon)
+    c = _new_call(gov, spec, name, args, canon, now)
     if spec is None:
         known = ", ".join(sorted(gov.tools())[:30])
         c.error = error_info(
@@ -99,7 +100,12 @@ def plan(gov: Governor, st: SessionState, c: Call) -> Plan[Outcome]:
 
 
 def _new_call(
-    gov: Governor, spec: ToolSpec | None, name: str, args: Mapping[str, Any], canon: str
+    gov: Governor,
+    spec: ToolSpec | None,
+    name: str,
+    args: Mapping[str, Any],
+    canon: str,
+    now: float,
 ) -> Call:
     ignored = gov.ignore_fields + spec.ignore_fields if spec else gov.ignore_fields
     if ignored and any(f in args for f in ignored):
@@ -114,11 +120,11 @@ def _new_call(
             canon,
             key,
             "write",
-            gov.clock(),
+            now,
             known=False,
         )
     effect = spec.effect if type(spec.effect) is str else spec.effect_for(args)
-    return Call(spec, args, canon, key, effect, gov.clock())
+    return Call(spec, args, canon, key, effect, now)
 
 
 def _unknown(**_: Any) -> None:

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from ._state import SessionState
 
 
+_WITH_TEXT = frozenset((EXECUTED, REPLAYED, FALLBACK))
 _outcome = tuple.__new__  # a NamedTuple built from its full field tuple: the cheapest way
 _WITH_VALUE = frozenset((EXECUTED, CACHED, REPLAYED, FALLBACK))
 
@@ -38,11 +39,13 @@ def reach(gov: Governor, st: SessionState, stop: Stop) -> None:
         st.would_stop = st.would_stop or stop.diagnostic
 
 
-def check_stop(gov: Governor, st: SessionState) -> None:
+def check_stop(gov: Governor, st: SessionState, now: float | None = None) -> None:
     """Raise the session's stop, if any; check the wall clock."""
     if st.stop is None and st.meter.budgets.wall_clock_s is None:
         return
-    over = st.meter.wall_clock(gov.clock()) if st.stop is None else None
+    if now is None:
+        now = gov.clock()
+    over = st.meter.wall_clock(now) if st.stop is None else None
     if over is not None:
         reach(gov, st, BudgetExceeded(diagnostic(*over, st.steps, st.monitor.last_progress_step)))
     if st.stop is not None:
@@ -62,7 +65,7 @@ def settle(gov: Governor, st: SessionState, c: Call) -> Outcome:
         stop: Stop | None = None
         if c.known and not c.coalesced:
             text = c.error.get("message") if c.error else None
-            if c.status in (EXECUTED, REPLAYED, FALLBACK):
+            if c.status in _WITH_TEXT:
                 text = c.text if c.text is not None else result_text(c.value)
                 c.text = text
             obs = st.monitor.observation(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -71,11 +72,24 @@ def diagnostic(
 class Meter:
     """Counts consumption and names the first budget that ran out. No I/O, no clock."""
 
-    __slots__ = ("budgets", "calls", "cost", "per_tool", "retries", "started", "tokens", "turns")
+    __slots__ = (
+        "budgets",
+        "calls",
+        "cost",
+        "deadline",
+        "per_tool",
+        "retries",
+        "started",
+        "tokens",
+        "turns",
+    )
 
     def __init__(self, budgets: Budgets, started: float) -> None:
         self.budgets = budgets
         self.started = started
+        # the wall-clock budget as a time: one comparison before each call
+        wall = budgets.wall_clock_s
+        self.deadline = math.inf if wall is None else started + wall
         self.turns = 0
         self.calls = 0
         self.tokens = 0
@@ -86,7 +100,7 @@ class Meter:
     def wall_clock(self, now: float) -> tuple[str, float, float, str] | None:
         """The wall-clock budget, checked before each call and each retry."""
         limit = self.budgets.wall_clock_s
-        if limit is not None and now - self.started >= limit:
+        if limit is not None and now >= self.deadline:
             return (
                 "wall_clock_s",
                 limit,
@@ -117,6 +131,8 @@ class Meter:
         limit = _limit(b.per_tool_calls, tool)
         if limit is not None and used >= limit:
             return ("per_tool_calls", limit, used, f"The call budget of {tool} is used up.")
+        if b.retries_per_tool is None:
+            return None
         limit = _limit(b.retries_per_tool, tool)
         retries = self.retries.get(tool, 0)
         if limit is not None and retries >= limit:
