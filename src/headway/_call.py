@@ -55,6 +55,7 @@ class Call:
         effect: str,
         started: float,
         known: bool = True,
+        args_id: str | None = None,
     ) -> None:
         self.spec = spec
         self.args = args
@@ -63,6 +64,8 @@ class Call:
         self.effect = effect
         self.started = started
         self.known = known  # False for a tool name that is not registered
+        # the arguments as an identifier: their canonical text when short, else its sha256
+        self.args_id = args_id or (canon if len(canon) <= INLINE else self.args_digest)
 
     @property
     def args_digest(self) -> str:
@@ -70,11 +73,6 @@ class Call:
         if self._digest is None:
             self._digest = digest(self.canon)
         return self._digest
-
-    @property
-    def args_id(self) -> str:
-        """The arguments as an identifier: their canonical text when short, else its sha256."""
-        return self.canon if len(self.canon) <= INLINE else self.args_digest
 
     def flag(self, text: str) -> None:
         """Note something for the audit record's ``flags``."""

@@ -107,12 +107,13 @@ def _new_call(
     canon: str,
     now: float,
 ) -> Call:
+    args_id = canon if len(canon) <= INLINE else digest(canon)
     ignored = gov.ignore_fields + spec.ignore_fields if spec else gov.ignore_fields
     if ignored and any(f in args for f in ignored):
         rest = canonical_json({k: v for k, v in args.items() if k not in ignored})
         key = name + ":" + (rest if len(rest) <= INLINE else digest(rest))
     else:
-        key = name + ":" + (canon if len(canon) <= INLINE else digest(canon))
+        key = name + ":" + args_id
     if spec is None:
         return Call(
             ToolSpec(name=name, fn=_unknown),
@@ -122,9 +123,10 @@ def _new_call(
             "write",
             now,
             known=False,
+            args_id=args_id,
         )
     effect = spec.effect if type(spec.effect) is str else spec.effect_for(args)
-    return Call(spec, args, canon, key, effect, now)
+    return Call(spec, args, canon, key, effect, now, True, args_id)
 
 
 def _unknown(**_: Any) -> None:

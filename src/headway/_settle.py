@@ -79,7 +79,7 @@ def settle(gov: Governor, st: SessionState, c: Call) -> Outcome:
                 c.fingerprint,
                 c.canon,
             )
-            v = st.monitor.after(spec, obs, c.value, now=now, session_limit=st.no_progress_limit)
+            v = st.monitor.after(spec, obs, c.value, now, st.no_progress_limit)
             mark, signals = v.mark, v.signals
             if correction is None:
                 correction = v.correction
@@ -91,7 +91,8 @@ def settle(gov: Governor, st: SessionState, c: Call) -> Outcome:
             reach(gov, st, stop)
         if not gov.enforce and st.would_stop is not None:
             c.would = "stop"
-        budget = st.meter.consumption(spec.name) if gov.sink_modes else (0, 0, 0)
+        meter = st.meter
+        budget = (meter.calls, meter.per_tool.get(spec.name, 0), meter.retries.get(spec.name, 0))
         last_progress = st.monitor.last_progress_step
     outcome: Outcome = _outcome(  # Outcome's fields in order, without its __new__ frame
         Outcome,

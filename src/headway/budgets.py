@@ -152,7 +152,3 @@ class Meter:
         if b.cost is not None and self.cost >= b.cost:
             return ("cost", b.cost, round(self.cost, 6), "The cost budget is used up.")
         return None
-
-    def consumption(self, tool: str) -> tuple[int, int, int]:
-        """Tool calls, calls of ``tool`` and its retries so far (for the audit record)."""
-        return self.calls, self.per_tool.get(tool, 0), self.retries.get(tool, 0)

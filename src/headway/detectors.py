@@ -226,7 +226,6 @@ class Monitor:
         spec: ToolSpec,
         step: Observation,
         value: Any,
-        *,
         now: float,
         session_limit: int,
     ) -> Verdict:
@@ -496,9 +495,11 @@ class Monitor:
                 norm = norm[: _KEEP // 2] + "\x00" + full + norm[-_KEEP // 2 :]
         if text is not None and len(text) > _KEEP:
             text = text[:_KEEP]
-        obs = Observation(index, tool, key, args_id, effect, status, text, norm, error)
-        obs.args = args if len(args) <= 300 else args[:300] + "..."
-        return obs
+        if len(args) > 300:
+            args = args[:300] + "..."
+        return Observation(
+            index, tool, key, args_id, effect, status, text, norm, error, "neutral", args
+        )
 
 
 def _last(prev: Observation | None) -> str:
