@@ -54,12 +54,6 @@ _MAX_SAFE = 2**53 - 1
 _SORTED = orjson.OPT_SORT_KEYS
 
 
-def _encode(value: Any) -> str:
-    # orjson (C) sorts keys by code point, which is UTF-16 order for the ASCII keys that
-    # _plain() lets through, and writes strings and shortest-form floats as RFC 8785 does.
-    return orjson.dumps(value, option=_SORTED).decode()
-
-
 def _plain_leaf(x: Any) -> bool | None:
     """True/False for a leaf; None for a container (to be walked)."""
     t = type(x)
@@ -120,7 +114,10 @@ def canonical_json(value: Any) -> str:
         plain = False  # circular or very deep: the slow path says which, with a path
     try:
         if plain:
-            return _encode(value)
+            # orjson (C) sorts keys by code point, which is UTF-16 order for the ASCII keys
+            # that _plain() lets through, and writes strings and shortest-form floats as
+            # RFC 8785 does (pinned by the property tests)
+            return orjson.dumps(value, option=_SORTED).decode()
     except orjson.JSONEncodeError:
         pass  # lone surrogates, or nested past orjson's depth: the reference decides
     try:

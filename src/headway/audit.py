@@ -153,7 +153,7 @@ class MemoryAudit:
         self._lock = threading.Lock()
 
     def write(self, record: Mapping[str, Any]) -> None:
-        sid = record.session if isinstance(record, AuditRecord) else str(record["session"])
+        sid = record.session if type(record) is AuditRecord else str(record["session"])
         queue = self._by_session.get(sid)  # get and append are atomic: a lock only to add
         if queue is None:
             with self._lock:

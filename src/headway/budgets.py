@@ -128,12 +128,16 @@ class Meter:
                 self.calls,
                 "The tool-call budget is used up.",
             )
-        limit = _limit(b.per_tool_calls, tool)
+        limit = b.per_tool_calls
+        if limit is not None and type(limit) is not int:
+            limit = _limit(limit, tool)
         if limit is not None and used >= limit:
             return ("per_tool_calls", limit, used, f"The call budget of {tool} is used up.")
-        if b.retries_per_tool is None:
+        limit = b.retries_per_tool
+        if limit is None:
             return None
-        limit = _limit(b.retries_per_tool, tool)
+        if type(limit) is not int:
+            limit = _limit(limit, tool)
         retries = self.retries.get(tool, 0)
         if limit is not None and retries >= limit:
             return ("retries_per_tool", limit, retries, f"The retry budget of {tool} is used up.")

@@ -96,6 +96,9 @@ class Verdict(NamedTuple):
     stop_kind: Literal["loop", "budget"] | None = None
 
 
+_verdict = tuple.__new__  # a Verdict from its full field tuple, without __new__'s frame
+
+
 class Monitor:
     __slots__ = (
         "_errors",
@@ -193,6 +196,8 @@ class Monitor:
 
     def _cycle(self, key: str) -> tuple[int, int] | None:
         """(period, start step) when ``key`` continues a cycle of 3+ full rounds."""
+        if key not in self._keys:
+            return None  # most calls: a key not in the window continues no cycle
         memo = self._memo
         if memo is not None and memo[0] == key and memo[1] == self.pushed:
             return memo[2]
@@ -201,8 +206,6 @@ class Monitor:
         return found
 
     def _find_cycle(self, key: str) -> tuple[int, int] | None:
-        if key not in self._keys:
-            return None  # most calls: a key not in the window continues no cycle
         w = self.window
         n = len(w) + 1  # the window plus this call
         for p in range(2, 6):
@@ -338,7 +341,7 @@ class Monitor:
                     "returned what you already had. Change your approach or finish; at "
                     f"{limit} steps without progress this run is stopped."
                 )
-        return Verdict(step.mark, signals, correction, stop, stop_kind)
+        return _verdict(Verdict, (step.mark, signals, correction, stop, stop_kind))
 
     def _progress_mark(
         self, spec: ToolSpec, step: Observation, prev: Observation | None, value: Any
@@ -443,7 +446,7 @@ class Monitor:
         self.pushed += 1
         if step.norm is not None:
             self._norms[step.norm] = self._norms.get(step.norm, 0) + 1
-        served = step.status in (CACHED, CORRECTED)
+        served = step.status is CACHED or step.status is CORRECTED
         earlier = self._last_of_key.get(step.key)
         if served and earlier is not None:
             earlier.unchanged = True  # served again: the result did not change
