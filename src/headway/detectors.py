@@ -426,32 +426,32 @@ class Monitor:
         return jaccard(a.grams(), b.grams()) >= self.threshold
 
     def _push(self, step: Observation) -> None:
-        if len(self.window) == self.window.maxlen:
-            old = self.window[0]
-            if self._last_of_key.get(old.key) is old:
-                del self._last_of_key[old.key]
-            left = self._keys[old.key] - 1
+        window, keys, norms, last = self.window, self._keys, self._norms, self._last_of_key
+        if len(window) == window.maxlen:  # the oldest step leaves: uncount it
+            old = window[0]
+            if last.get(old.key) is old:
+                del last[old.key]
+            left = keys[old.key] - 1
             if left:
-                self._keys[old.key] = left
+                keys[old.key] = left
             else:
-                del self._keys[old.key]
+                del keys[old.key]
             if old.norm is not None:
-                left = self._norms[old.norm] - 1
+                left = norms[old.norm] - 1
                 if left:
-                    self._norms[old.norm] = left
+                    norms[old.norm] = left
                 else:
-                    del self._norms[old.norm]
-        self.window.append(step)
-        self._keys[step.key] = self._keys.get(step.key, 0) + 1
+                    del norms[old.norm]
+        window.append(step)
+        keys[step.key] = keys.get(step.key, 0) + 1
         self.pushed += 1
         if step.norm is not None:
-            self._norms[step.norm] = self._norms.get(step.norm, 0) + 1
-        served = step.status is CACHED or step.status is CORRECTED
-        earlier = self._last_of_key.get(step.key)
-        if served and earlier is not None:
+            norms[step.norm] = norms.get(step.norm, 0) + 1
+        earlier = last.get(step.key)
+        if earlier is not None and (step.status is CACHED or step.status is CORRECTED):
             earlier.unchanged = True  # served again: the result did not change
         else:
-            self._last_of_key[step.key] = step
+            last[step.key] = step
 
     def _loop_diagnostic(self, limit: int, signals: Mapping[str, Any]) -> dict[str, Any]:
         recent = list(self.window)[-limit:]
