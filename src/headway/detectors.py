@@ -335,7 +335,7 @@ class Monitor:
                     f"headway: no progress in the last {run} steps (the last: {step.tool} "
                     f"{step.args[:200]}); this run is being stopped."
                 )
-            elif run >= max(1, limit // 2) and correction is None and step.status is not CORRECTED:
+            elif run >= (limit // 2 or 1) and correction is None and step.status is not CORRECTED:
                 correction = (
                     f"headway: no progress in the last {run} steps: {step.tool} {step.args[:200]} "
                     "returned what you already had. Change your approach or finish; at "
