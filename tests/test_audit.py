@@ -114,3 +114,49 @@ def test_a_failing_sink_never_breaks_a_call(caplog: pytest.LogCaptureFixture) ->
     out = gov.session("s").call("r", {})
     assert out.status is headway.Status.EXECUTED
     assert "disk full" in caplog.text
+
+
+def test_records_keep_what_the_call_returned_when_the_caller_changes_it(
+    gov: headway.Governor,
+) -> None:
+    # records are built lazily, from a snapshot taken when the call settled
+    gov.register("get", lambda q: {"q": q, "hits": [1, 2]}, effect="read", deterministic=True)
+    s = gov.session("mut")
+    first = s.call("get", {"q": "a"})
+    served = s.call("get", {"q": "a"})
+    before = [dict(r) for r in s.audit_records()]
+    first.value["hits"].append(3)
+    served.value["q"] = "changed"
+    after = s.audit_records()
+    assert [r["result_digest"] for r in after] == [r["result_digest"] for r in before]
+    assert after[0]["result_digest"] == after[1]["result_digest"] is not None
+
+
+def test_memory_audit_takes_concurrent_writers_and_readers(gov: headway.Governor) -> None:
+    import threading
+
+    gov.register("echo", lambda n: n, effect="read")
+    sessions = [gov.session(f"w{i}") for i in range(4)]
+    errors: list[BaseException] = []
+
+    def write(s: headway.Session) -> None:
+        for n in range(300):
+            s.call("echo", {"n": n})
+
+    def read() -> None:
+        try:
+            for _ in range(200):
+                for s in sessions:
+                    gov.audit_records(s.id)
+        except BaseException as exc:  # a reader must never see a half-changed queue
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(s,)) for s in sessions]
+    threads += [threading.Thread(target=read) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert [len(gov.audit_records(s.id)) for s in sessions] == [300] * 4
+    assert [r["step"] for r in gov.audit_records(sessions[0].id)] == list(range(300))

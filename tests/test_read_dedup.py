@@ -82,6 +82,14 @@ def test_bumping_version_reruns(clock: FakeClock) -> None:
     gov.register("doc", tool, effect="read", deterministic=True, version="2")
     assert gov.session("r").call("doc", {"id": 1}).status is headway.Status.EXECUTED
     assert tool.count == 2
+    # the same session object: its remembered key prefix must follow the new spec
+    s = gov.session("same")
+    s.call("doc", {"id": 1})
+    assert s.call("doc", {"id": 1}).status is headway.Status.CACHED
+    gov.register("doc", tool, effect="read", deterministic=True, version="3")
+    s.user_turn()  # (a third identical read would otherwise be corrected, §4.2)
+    assert s.call("doc", {"id": 1}).status is headway.Status.EXECUTED
+    assert tool.count == 4
 
 
 def test_unannotated_tool_is_a_non_idempotent_write(gov: headway.Governor) -> None:

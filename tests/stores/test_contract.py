@@ -25,6 +25,18 @@ def test_get_set_delete_round_trip_json(store: headway.Store) -> None:
     store.delete("k")  # deleting an absent key is fine
 
 
+def test_values_come_back_exactly_whatever_their_numbers(store: headway.Store) -> None:
+    # integers past 64 bits must not come back as floats (MemoryStore reads most values
+    # with orjson, which would), floats keep their value, swapped values read back too
+    value = {"big": 2**70, "neg": -(2**65), "f": 0.1, "i": 1.0, "deep": [[{"n": 2**64}]]}
+    store.set("n", value)
+    back = store.get("n")
+    assert back == value and type(back["big"]) is int and type(back["deep"][0][0]["n"]) is int
+    assert store.add("m", value) is True and store.get("m") == value
+    assert store.swap("m", value, {"big": 2**80}) is True
+    assert store.get("m") == {"big": 2**80} and type(store.get("m")["big"]) is int
+
+
 def test_add_inserts_only_if_absent(store: headway.Store) -> None:
     assert store.add("claim", {"owner": "a"}) is True
     assert store.add("claim", {"owner": "b"}) is False
