@@ -153,19 +153,9 @@ def _audit(
             gov.report_sink_error(sink, exc)
 
 
-def _values(
-    c: Call,
-    out: Outcome,
-    now: float,
-    mark: str,
-    signals: dict[str, Any],
-    budget: tuple[int, int, int],
-    last_progress: int | None,
-    agent: str | None,
-    session: str,
-    error_code: str | None,
-) -> list[Any]:
-    """The record's values in ``audit.FIELDS`` order, from the snapshot taken at settle."""
+def _values(source: tuple[Any, ...]) -> list[Any]:
+    """The record's values in ``audit.FIELDS`` order, from the snapshot ``_audit`` took."""
+    c, out, now, mark, signals, budget, last_progress, agent, session, error_code = source
     if c.result_digest is None and c.text is not None:
         c.result_digest, c.result_size = digest(c.text), len(c.text)
     saved = 0

@@ -45,7 +45,7 @@ class AuditRecord(Mapping[str, Any]):
     """One call's record: its values in ``FIELDS`` order, read as a mapping.
 
     Built on every call, so nothing is computed until read: the values come from
-    ``make(*source)`` on first access (``source`` is the snapshot the pipeline took when
+    ``make(source)`` on first access (``source`` is the snapshot the pipeline took when
     the call settled), ``args`` (the redacted canonical text) is summarised on first access too,
     and ``to_dict()`` makes the plain dict that serialising sinks receive.
     """
@@ -53,9 +53,9 @@ class AuditRecord(Mapping[str, Any]):
     __slots__ = ("_make", "_source", "_values", "session")
 
     def __init__(
-        self, make: Callable[..., list[Any]], source: tuple[Any, ...], session: str
+        self, make: Callable[[tuple[Any, ...]], list[Any]], source: tuple[Any, ...], session: str
     ) -> None:
-        self._make: Callable[..., list[Any]] | None = make
+        self._make: Callable[[tuple[Any, ...]], list[Any]] | None = make
         self._source = source
         self._values: list[Any] = []
         self.session = session
@@ -64,7 +64,7 @@ class AuditRecord(Mapping[str, Any]):
         i = _INDEX[key]
         make = self._make
         if make is not None:  # the first read (two racing readers make equal lists)
-            self._values = make(*self._source)
+            self._values = make(self._source)
             self._make = None
         values = self._values
         if i == _ARGS and isinstance(values[i], _Canonical):
