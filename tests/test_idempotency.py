@@ -447,9 +447,9 @@ def test_two_processes_of_eight_threads_claim_one_key_once(kind: str, tmp_path: 
     results = [r for _ in procs for r in out.get(timeout=60)]
     for p in procs:
         p.join(30)
-    assert ledger.counts() == {"o": 1}
-    assert results.count("executed") == 1
-    assert set(results) <= {"executed", "replayed", "in_progress"}
+    assert ledger.counts() == {"o": 1}, results  # the outcomes, should this ever fail
+    assert results.count("executed") == 1, results
+    assert set(results) <= {"executed", "replayed", "in_progress"}, results
 
 
 def _orphan(url: str, options: dict[str, Any], ledger_path: str, out: Any) -> None:
