@@ -15,6 +15,11 @@ from .outcome import ERROR, Status
 INLINE = 256  # canonical arguments up to this long identify a call as they are
 
 
+def identity(canon: str) -> str:
+    """Canonical arguments as an identifier: the text itself when short, else its sha256."""
+    return canon if len(canon) <= INLINE else digest(canon)
+
+
 class Call:
     """What the pipeline knows and decided about one call (becomes the audit record).
 
@@ -51,11 +56,11 @@ class Call:
         spec: ToolSpec,
         args: Mapping[str, Any],
         canon: str,
+        args_id: str,
         key: str,
         effect: str,
         started: float,
         known: bool = True,
-        args_id: str | None = None,
     ) -> None:
         self.spec = spec
         self.args = args
@@ -64,8 +69,9 @@ class Call:
         self.effect = effect
         self.started = started
         self.known = known  # False for a tool name that is not registered
-        # the arguments as an identifier: their canonical text when short, else its sha256
-        self.args_id = args_id or (canon if len(canon) <= INLINE else self.args_digest)
+        self.args_id = args_id  # identity(canon)
+        if args_id is not canon:
+            self._digest = args_id  # long arguments: their identity is already the sha256
 
     @property
     def args_digest(self) -> str:
