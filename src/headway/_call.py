@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 
 from ._canonical import digest
+from ._redact import scrub
 from ._spec import ToolSpec
 from .outcome import ERROR, Status
 
@@ -82,7 +83,7 @@ class Call:
 
     def flag(self, text: str) -> None:
         """Note something for the audit record's ``flags``."""
-        self.flags = (*self.flags, text)
+        self.flags = (*self.flags, scrub(text))
 
 
 _RESULT_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS

@@ -24,6 +24,7 @@ from ._canonical import canonical_json, digest
 from ._effects import Blocking, Plan, Sleep, Wait
 from ._settle import check_stop, settle
 from ._spec import ToolSpec
+from .audit import summarize
 from .errors import ArgumentError
 from .idempotency import step_key
 from .outcome import CACHED, CORRECTED, EXECUTED, UNKNOWN, Outcome, error_info
@@ -157,7 +158,8 @@ def _served(gov: Governor, st: SessionState, c: Call, entry: Any) -> bool:
     # a TTL read whose entry expired is a fresh look, not a repeat
     if (fresh is not None or not spec.ttl) and st.monitor.may_correct(c.key):
         with st.lock:
-            correction = st.monitor.before(spec, c.key, "read", c.canon)
+            shown = summarize(c.canon, spec.redact_names, 300)  # never a secret in a correction
+            correction = st.monitor.before(spec, c.key, "read", shown)
         if correction is not None:
             if gov.enforce:
                 c.status, c.correction = CORRECTED, correction

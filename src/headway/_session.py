@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any, TypeVar, overload
 
 from . import _pipeline
+from ._call import describe
 from ._effects import Flights, drive_async, drive_sync
+from ._redact import scrub
 from ._settle import check_stop, reach
 from ._spec import ToolSpec, make_spec, options_from_mcp
 from ._state import SessionState
@@ -250,7 +252,9 @@ class Governor:
                 if not self.store.add(self.generation_key(st.session_id), saved, self.cache_gc_s):
                     saved = self.store.get(self.generation_key(st.session_id)) or saved
             except Exception as exc:  # reads fail open: the session works, just uncached
-                log.warning("store unavailable at session start (%s): %s", st.session_id, exc)
+                log.warning(
+                    "store unavailable at session start (%s): %s", st.session_id, scrub(str(exc))
+                )
         st.generation.update({str(k): int(v) for k, v in saved.items()})
 
     def generation_key(self, session_id: str) -> str:
@@ -278,7 +282,7 @@ class Governor:
         return []
 
     def report_sink_error(self, sink: AuditSink, exc: Exception) -> None:
-        log.error("audit sink %s failed: %s", type(sink).__name__, exc)
+        log.error("audit sink %s failed: %s", type(sink).__name__, scrub(describe(exc)))
 
     def close(self) -> None:
         """Close the store (its connections); the governor is not used afterwards."""

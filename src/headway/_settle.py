@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._call import Call, result_text
 from ._canonical import digest
-from .audit import AuditRecord, args_field
+from .audit import AuditRecord, args_field, summarize
 from .budgets import diagnostic
 from .errors import BudgetExceeded, LoopDetected, Stop
 from .outcome import (
@@ -77,7 +77,7 @@ def settle(gov: Governor, st: SessionState, c: Call) -> Outcome:
                 c.status,
                 text,
                 c.fingerprint,
-                c.canon,
+                summarize(c.canon, spec.redact_names, 300),  # shown in corrections
             )
             v = st.monitor.after(spec, obs, c.value, now, st.no_progress_limit)
             mark, signals = v.mark, v.signals
@@ -168,7 +168,7 @@ def _values(source: tuple[Any, ...]) -> list[Any]:
         out.step,
         out.tool,
         c.args_digest,
-        args_field(c.canon, c.spec.redact),
+        args_field(c.canon, c.spec.redact_names),
         c.result_digest,
         c.result_size,
         c.status.value,

@@ -23,9 +23,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ._redact import scrub
+
 
 class HeadwayError(Exception):
-    """Base of headway's errors."""
+    """Base of headway's errors. Messages never show credentials (a URL's password, a
+    ``password=``, a token): they are redacted when the error is made."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(scrub(a) if isinstance(a, str) else a for a in args))
 
 
 class ConfigError(HeadwayError, ValueError):

@@ -6,6 +6,8 @@ import enum
 import json
 from typing import Any, NamedTuple
 
+from ._redact import scrub
+
 
 class Status(enum.StrEnum):
     EXECUTED = "executed"
@@ -92,7 +94,7 @@ class Outcome(NamedTuple):
                 "Do not repeat this call; continue with other work or check its effect."
             )
         elif s is Status.CORRECTED:
-            return self.correction or f"headway: {self.tool} was not run."
+            return scrub(self.correction or f"headway: {self.tool} was not run.")
         else:
             err = self.error or {}
             retry = (
@@ -104,7 +106,7 @@ class Outcome(NamedTuple):
             if err.get("hint"):
                 text += f" {err['hint']}"
         if self.correction:
-            text += "\n" + self.correction
+            text += "\n" + scrub(self.correction)
         return text
 
 
@@ -112,4 +114,10 @@ def error_info(
     code: str, message: str, *, retryable: bool, hint: str = "", **extra: Any
 ) -> dict[str, Any]:
     """A structured error: the four fields every ERROR carries, plus any extras."""
-    return {"code": code, "retryable": retryable, "message": message, "hint": hint, **extra}
+    return {
+        "code": code,
+        "retryable": retryable,
+        "message": scrub(message),
+        "hint": scrub(hint),
+        **extra,
+    }
