@@ -148,7 +148,12 @@ def _cache_key(gov: Governor, st: SessionState, c: Call) -> str:
 
 def _fresh(gov: Governor, spec: ToolSpec, entry: Any) -> bool:
     """A cache entry that may be served (a TTL entry within its TTL)."""
-    return isinstance(entry, dict) and (spec.ttl is None or gov.clock() - entry["t"] < spec.ttl)
+    if type(entry) is not dict or "v" not in entry:
+        return False  # absent, or not a record headway wrote: never served, never raised
+    if spec.ttl is None:
+        return True
+    t = entry.get("t")
+    return (type(t) is float or type(t) is int) and gov.clock() - t < spec.ttl
 
 
 def _served(gov: Governor, st: SessionState, c: Call, entry: Any) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -31,6 +32,7 @@ from .outcome import Outcome
 from .retry import default_rng
 from .similarity import DEFAULT_NORMALIZERS, Normalizer
 from .stores import MemoryStore, Store
+from .stores._signed import SignedStore
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -47,6 +49,11 @@ class Governor:
 
     ``enforce=False`` is shadow mode (semantics §9): every call runs as if headway were
     absent, and the audit records what headway would have done.
+
+    ``secret`` (default: the ``HEADWAY_SECRET`` environment variable) turns record
+    integrity on: every stored record carries an HMAC over its key and content, and a
+    record that fails the check is treated as absent (an idempotency record: as a store
+    fault, so keyed writes fail closed).
     """
 
     def __init__(
@@ -75,7 +82,12 @@ class Governor:
         rng: Callable[[], float] = default_rng,
         on_retry: Callable[[dict[str, Any]], None] | None = None,
         agent: str | None = None,
+        secret: str | None = None,
     ) -> None:
+        if secret is None:
+            secret = os.environ.get("HEADWAY_SECRET") or None
+        elif not isinstance(secret, str) or not secret:
+            raise ConfigError("secret must be a non-empty string (or None: no record integrity)")
         if no_progress_limit < 1 or window < 2:
             raise ConfigError("no_progress_limit must be >= 1 and window >= 2")
         if not 0 < similarity <= 1:
@@ -83,6 +95,8 @@ class Governor:
         if store_failure not in ("closed", "open"):
             raise ConfigError("store_failure must be 'closed' (keyed writes refused) or 'open'")
         self.store: Store = store if store is not None else MemoryStore()
+        if secret is not None:  # record integrity: every stored value carries an HMAC
+            self.store = SignedStore(self.store, secret)
         self.enforce = enforce
         self.no_progress_limit = no_progress_limit
         self.window = window
@@ -255,7 +269,11 @@ class Governor:
                 log.warning(
                     "store unavailable at session start (%s): %s", st.session_id, scrub(str(exc))
                 )
-        st.generation.update({str(k): int(v) for k, v in saved.items()})
+        try:
+            epochs = {str(k): int(v) for k, v in saved.items()}
+        except (TypeError, ValueError):  # a malformed record: start from a fresh epoch
+            epochs = {"*": int(time.time() * 1000)}
+        st.generation.update(epochs)
 
     def generation_key(self, session_id: str) -> str:
         return f"{self.namespace}:gen:{{{session_id}}}"

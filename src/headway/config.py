@@ -59,6 +59,7 @@ _GOVERNOR_FIELDS = {
     "store_failure",
     "agent",
     "budgets",
+    "secret",
 }
 
 
