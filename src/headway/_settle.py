@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 _WITH_TEXT = frozenset((EXECUTED, REPLAYED, FALLBACK))
 _outcome = tuple.__new__  # a NamedTuple built from its full field tuple: the cheapest way
 _WITH_VALUE = frozenset((EXECUTED, CACHED, REPLAYED, FALLBACK))
+_LARGE = 4096  # characters of arguments or result past which a record is made at once
 
 
 def reach(gov: Governor, st: SessionState, stop: Stop) -> None:
@@ -141,6 +142,8 @@ def _audit(
         error_code,
     )
     record = AuditRecord(_values, source, st.session_id)
+    if len(c.canon) > _LARGE or len(c.text or "") > _LARGE or (c.result_size or 0) > _LARGE:
+        record["time"]  # made now: a kept record must not hold the large call
     plain: dict[str, Any] | None = None
     for sink, lazy in gov.sink_modes:
         try:

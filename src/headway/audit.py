@@ -65,6 +65,7 @@ class AuditRecord(Mapping[str, Any]):
         if make is not None:  # the first read (two racing readers make equal lists)
             self._values = make(self._source)
             self._make = None
+            self._source = ()  # the call's arguments and result are no longer held
         values = self._values
         if i == _ARGS and isinstance(values[i], _Canonical):
             values[i] = summarize(values[i].text, values[i].redact)
