@@ -120,3 +120,53 @@ def test_store_that_goes_away_mid_run_fails_open_for_reads() -> None:
     assert any(f.startswith("store_error") for f in gov.audit_records("r")[-1]["flags"])
     store.down = False
     assert s.call("search", {"q": 1}).status is headway.Status.CACHED
+
+
+# -- call() raises only ArgumentError, KeyReuseError and Stop --------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "path"),
+    [
+        ({"text": "model JSON with a lone \ud800 surrogate"}, "args.text"),
+        ({"nested": {"list": ["ok", "\udfff"]}}, "args.nested.list[1]"),
+        ({"n": 10**5000}, "args.n"),  # more than Python's 4,300-digit int-to-text limit
+    ],
+)
+def test_hostile_arguments_raise_argument_error_naming_the_path(
+    gov: headway.Governor, args: dict[str, Any], path: str
+) -> None:
+    tool = ScriptedTool(["ok"])
+    gov.register("t", tool, effect="read")
+    with pytest.raises(headway.ArgumentError) as info:
+        gov.session("r").call("t", args)
+    assert info.value.path == path and tool.count == 0
+
+
+def test_a_tool_name_that_is_not_a_string_is_an_argument_error(gov: headway.Governor) -> None:
+    gov.register("f", ScriptedTool(["ok"]), effect="read")
+    with pytest.raises(headway.ArgumentError, match="tool name must be a string"):
+        gov.session("r").call(print, {"a": 1})  # type: ignore[arg-type]
+
+
+def _deep() -> list[Any]:
+    value: list[Any] = []
+    for _ in range(10_000):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("effect", ["read", "write"])
+@pytest.mark.parametrize("result", [_deep(), {"n": 10**5000}], ids=["deep", "huge_int"])
+def test_a_result_that_cannot_be_recorded_is_an_error_outcome_with_an_audit_record(
+    gov: headway.Governor, effect: str, result: Any
+) -> None:
+    """The tool ran (its effect happened), so the ERROR says so; nothing is raised."""
+    gov.register("t", lambda: result, effect=effect, deterministic=effect == "read")
+    with gov.session("r") as s:
+        out = s.call("t", {})
+    assert out.status is headway.Status.ERROR and out.executed
+    assert out.error is not None and out.error["code"] == "unrecordable_result"
+    assert "ran" in out.to_model() and "do not repeat" in out.to_model()
+    (record,) = gov.audit_records("r")
+    assert record["status"] == "error" and record["error"] == "unrecordable_result"

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ._attempts import execute
-from ._call import Call, describe, identity, result_text
+from ._call import Call, describe, identity, recordable, result_text
 from ._canonical import canonical_json, digest
 from ._effects import Blocking, Plan, Sleep, Wait
 from ._settle import check_stop, settle
@@ -50,6 +50,8 @@ def begin(
     now = gov.clock()
     if st.stop is not None or now >= st.meter.deadline:
         check_stop(gov, st, now)
+    if type(name) is not str:
+        raise ArgumentError(f"the tool name must be a string, not {type(name).__name__}", "name")
     if type(args) is not dict and not isinstance(args, Mapping):
         raise ArgumentError(
             f"arguments must be a mapping of names to values, not {type(args).__name__}"
@@ -189,6 +191,7 @@ def _read(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
             return
     if c.cache_key is None:
         yield from execute(gov, st, c)
+        recordable(c)
         return
     # shadow mode runs every call as if headway were absent: no coalescing
     leader, future = gov.flights.join(c.cache_key) if gov.enforce else (False, None)
@@ -212,8 +215,8 @@ def _read(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
                 c.result_digest, c.result_size = entry.get("d"), entry.get("n")
                 return
         yield from execute(gov, st, c)
-        if c.status is EXECUTED:
-            c.text = result_text(c.value)
+        if c.status is EXECUTED and recordable(c):
+            c.text = c.text if c.text is not None else result_text(c.value)
             if len(c.text) <= gov.max_cached_bytes:
                 c.result_digest, c.result_size = digest(c.text), len(c.text)
                 entry = {"v": c.value, "t": gov.clock(), "d": c.result_digest, "n": c.result_size}
@@ -366,5 +369,6 @@ def flag_store_error(c: Call, exc: BaseException) -> None:
 def execute_write(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
     """Run a write; if it may have acted, the session's cached reads are stale."""
     yield from execute(gov, st, c)
+    recordable(c)
     if c.executed or c.status is UNKNOWN:
         yield from invalidate(gov, st, c)

@@ -37,8 +37,11 @@ def render(value: Any, limit: int = 4000) -> str:
     else:
         try:
             text = json.dumps(value, ensure_ascii=False, default=str)
-        except (TypeError, ValueError):
-            text = repr(value)
+        except (TypeError, ValueError, RecursionError):
+            try:
+                text = repr(value)
+            except (ValueError, RecursionError):
+                text = f"<a {type(value).__name__} too large or deep to show>"
     if len(text) > limit:
         text = text[:limit] + f"... [{len(text) - limit} more characters]"
     return text
