@@ -26,7 +26,7 @@ from .audit import AuditSink, MemoryAudit
 from .breaker import Breaker
 from .budgets import Budgets, diagnostic
 from .detectors import Detector, Monitor
-from .errors import BudgetExceeded, ConfigError
+from .errors import BudgetExceeded, ClosedError, ConfigError
 from .idempotency import Writes
 from .outcome import Outcome
 from .retry import default_rng
@@ -133,6 +133,7 @@ class Governor:
         self._session_cache = False  # any tool caching per session (writes must invalidate)
         self._sessions: dict[str, SessionState] = {}
         self._sessions_lock = threading.Lock()
+        self.closed = False
 
     @classmethod
     def from_config(cls, path: str | Path, **overrides: Any) -> Governor:
@@ -223,6 +224,8 @@ class Governor:
         agent: str | None = None,
     ) -> Session:
         """Open (or resume, in this process) the session of one agent run."""
+        if self.closed:
+            raise ClosedError("this Governor is closed: create a new one to open sessions")
         with self._sessions_lock:
             st = self._sessions.get(run_id)
             if st is None:
@@ -303,8 +306,10 @@ class Governor:
         log.error("audit sink %s failed: %s", type(sink).__name__, scrub(describe(exc)))
 
     def close(self) -> None:
-        """Close the store (its connections); the governor is not used afterwards."""
-        self.store.close()
+        """Close the store (its connections); calls on its sessions then raise ClosedError."""
+        if not self.closed:
+            self.closed = True
+            self.store.close()
 
     def __enter__(self) -> Governor:
         return self
@@ -319,6 +324,22 @@ class Session:
     def __init__(self, gov: Governor, state: SessionState) -> None:
         self.governor = gov
         self._st = state
+        self.closed = False
+
+    def close(self) -> None:
+        """Close this handle: further calls through it raise ``ClosedError``. The run's
+        state stays (in the store and in the Governor): ``governor.session(run_id)`` resumes
+        it. Leaving a ``with`` block closes the handle."""
+        self.closed = True
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ClosedError(
+                f"session {self.id!r} is closed (its with block ended or close() was called): "
+                f"open it again with governor.session({self.id!r})"
+            )
+        if self.governor.closed:
+            raise ClosedError(f"session {self.id!r} cannot be used: its Governor is closed")
 
     @property
     def id(self) -> str:
@@ -341,7 +362,9 @@ class Session:
         step_id: str | None = None,
     ) -> Outcome:
         """Run one tool call through headway. Returns an Outcome; raises only
-        ArgumentError, KeyReuseError and Stop."""
+        ArgumentError, KeyReuseError and Stop (ClosedError on a closed session)."""
+        if self.closed or self.governor.closed:
+            self._check_open()
         gov = self.governor
         c = _pipeline.begin(
             gov, self._st, name, {} if args is None else args, idempotency_key, step_id
@@ -359,6 +382,8 @@ class Session:
         step_id: str | None = None,
     ) -> Outcome:
         """``call`` for async code: async tools are awaited, sync tools run in a thread."""
+        if self.closed or self.governor.closed:
+            self._check_open()
         gov = self.governor
         c = _pipeline.begin(
             gov, self._st, name, {} if args is None else args, idempotency_key, step_id
@@ -369,6 +394,7 @@ class Session:
 
     def record_turn(self, *, tokens: int = 0, cost: float = 0.0) -> None:
         """Report one model turn; the next call stops if a turn, token or cost budget ran out."""
+        self._check_open()
         gov, st = self.governor, self._st
         check_stop(gov, st)
         with st.lock:
@@ -393,10 +419,10 @@ class Session:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        return None
+        self.close()
 
     async def __aenter__(self) -> Session:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        return None
+        self.close()
