@@ -217,6 +217,7 @@ class Governor:
                 limit = no_progress_limit or self.task_limits.get(
                     task_type or "", self.no_progress_limit
                 )
+
                 def make_monitor(limit: int = limit) -> Monitor:
                     return Monitor(
                         limit=limit,

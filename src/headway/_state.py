@@ -11,7 +11,6 @@ from .budgets import Budgets, Meter
 from .detectors import Monitor
 from .errors import Stop
 
-
 _MAX_AGENTS = 1_000
 
 
