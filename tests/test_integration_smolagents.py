@@ -6,7 +6,7 @@ import itertools
 import json
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -43,7 +43,7 @@ class Scripted(Model):  # type: ignore[misc]
 
 def _tool(name: str, fn: Any) -> Tool:
     class _T(Tool):  # type: ignore[misc]
-        inputs = {"q": {"type": "string", "description": "the query"}}
+        inputs: ClassVar[dict[str, Any]] = {"q": {"type": "string", "description": "the query"}}
         output_type = "string"
 
         def forward(self, q: str) -> str:

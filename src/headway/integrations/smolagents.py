@@ -48,9 +48,7 @@ class GovernedTool(Tool):  # type: ignore[misc]  # smolagents is untyped
         if args:  # one positional input (a tool with a single argument)
             kwargs = {next(iter(self.inputs)): args[0], **kwargs}
         try:
-            out = self.governor.session(self.session_id).call(
-                self.name, kwargs, run=lambda **a: self.tool(**a)
-            )
+            out = self.governor.session(self.session_id).call(self.name, kwargs, run=self.tool)
         except Stop as stop:
             self.stop = self.stop or stop
             raise HeadwayAnswer(f"headway stopped this run: {stop}") from None
