@@ -96,3 +96,19 @@ def test_an_agent_name_must_be_a_non_empty_string() -> None:
     gov, _ = _gov()
     with gov.session("crew-6") as s, pytest.raises(headway.ArgumentError):
         s.call("company", {"ticker": "A"}, agent="")
+
+
+def test_reads_another_agent_fetched_are_news_to_this_agent_and_never_stop_it() -> None:
+    """Three roles look up the same ten companies: the later roles are served from the
+    cache every time, and that is not a loop of theirs."""
+    gov, runs = _gov()
+    tickers = [f"T{n}" for n in range(10)]
+    with gov.session("crew-7") as s:
+        for role in ("researcher", "analyst", "writer"):
+            for t in tickers:
+                out = s.call("company", {"ticker": t}, agent=role)
+                assert out.correction is None
+        assert not s.stopped
+    assert runs == tickers
+    marks = [r["mark"] for r in s.audit_records() if r["agent"] == "writer"]
+    assert marks == ["progress"] * 10

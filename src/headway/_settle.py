@@ -64,18 +64,22 @@ def settle(gov: Governor, st: SessionState, c: Call) -> Outcome:
         correction = c.correction
         stop: Stop | None = None
         if c.known and not c.coalesced:
+            monitor = st.monitor_of(c.agent)
+            status = c.status
+            if status is CACHED and c.agent is not None and not monitor.may_correct(c.key):
+                # fetched by another agent: new to this one, judged like a fresh result
+                status = EXECUTED
             text = c.error.get("message") if c.error else None
-            if c.status in _WITH_TEXT:
+            if status in _WITH_TEXT:
                 text = c.text if c.text is not None else result_text(c.value)
                 c.text = text
-            monitor = st.monitor_of(c.agent)
             obs = monitor.observation(
                 index,
                 spec.name,
                 c.key,
                 c.args_id,
                 c.effect,
-                c.status,
+                status,
                 text,
                 c.fingerprint,
                 c.canon,
