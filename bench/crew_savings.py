@@ -33,7 +33,8 @@ from headway.integrations.crewai import governed_tool  # noqa: E402
 COMPANIES = ["AAPL", "MSFT", "GOOG"]
 PLANS = {
     "researcher": [("company", t) for t in COMPANIES] + [("quote", t) for t in COMPANIES],
-    "analyst": [("company", t) for t in COMPANIES] + [("company", "AAPL")]
+    "analyst": [("company", t) for t in COMPANIES]
+    + [("company", "AAPL")]
     + [("quote", t) for t in COMPANIES],
     "writer": [("company", t) for t in COMPANIES] + [("quote", "AAPL")],
 }
@@ -43,13 +44,24 @@ class Scripted(BaseLLM):  # type: ignore[misc]
     calls: list[Any] = Field(default_factory=list)
     turn: int = 0
 
-    def call(self, messages: Any, tools: Any = None, callbacks: Any = None, available_functions: Any = None, from_task: Any = None, from_agent: Any = None, response_model: Any = None) -> Any:  # noqa: E501
+    def call(
+        self,
+        messages: Any,
+        tools: Any = None,
+        callbacks: Any = None,
+        available_functions: Any = None,
+        from_task: Any = None,
+        from_agent: Any = None,
+        response_model: Any = None,
+    ) -> Any:
         n = self.turn
         self.turn += 1
         if n < len(self.calls):
             name, ticker = self.calls[n]
             args = json.dumps({"ticker": ticker})
-            return [{"id": f"c{n}", "type": "function", "function": {"name": name, "arguments": args}}]
+            return [
+                {"id": f"c{n}", "type": "function", "function": {"name": name, "arguments": args}}
+            ]
         return "done"
 
     def supports_function_calling(self) -> bool:
@@ -78,7 +90,15 @@ def run(mode: str) -> dict[str, Any]:
         gov.register("quote", None, effect="read", ttl=60)
         tools = [governed_tool(gov, t) for t in tools]
     agents = [
-        Agent(role=role, goal="research", backstory="b", llm=Scripted(model="s", calls=plan), tools=tools, max_iter=40, verbose=False)
+        Agent(
+            role=role,
+            goal="research",
+            backstory="b",
+            llm=Scripted(model="s", calls=plan),
+            tools=tools,
+            max_iter=40,
+            verbose=False,
+        )
         for role, plan in PLANS.items()
     ]
     tasks = [Task(description="research", expected_output="facts", agent=a) for a in agents]
