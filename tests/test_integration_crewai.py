@@ -17,7 +17,6 @@ if os.environ.get("CI", "").lower() not in ("1", "true", "yes"):
     pytest.importorskip("crewai", reason="crewai is not installed")
 
 os.environ.setdefault("CREWAI_TRACING_ENABLED", "false")
-os.environ.setdefault("OTEL_SDK_DISABLED", "true")
 
 from crewai import Agent, Crew, Task
 from crewai.llms.base_llm import BaseLLM
