@@ -20,7 +20,7 @@ from typing import Any
 
 from .._session import Governor
 from ..errors import Stop
-from ._common import declare, require
+from ._common import require
 
 require("crewai", "crewai")
 
@@ -53,7 +53,6 @@ def _install_hook() -> None:
 def governed_tool(gov: Governor, tool: BaseTool, *, session: str | None = None) -> BaseTool:
     """A copy of ``tool`` whose calls headway governs (``session`` overrides the crew's id)."""
     _install_hook()
-    declare(gov, tool.name)
     return _Governed(
         name=tool.name,
         description=tool.description,
