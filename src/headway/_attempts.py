@@ -4,10 +4,11 @@ the circuit breaker around each attempt. Like the pipeline, it only yields effec
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from . import breaker as brk
-from ._call import Call, describe
+from ._call import Call, describe, result_text
 from ._effects import Attempt, AttemptTimeout, Blocking, Plan, Sleep
 from ._spec import ToolSpec
 from .outcome import ERROR, EXECUTED, FALLBACK, UNKNOWN, error_info
@@ -81,7 +82,7 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
             timeout = left if timeout is None else min(timeout, left)
         c.attempts += 1
         try:
-            c.value = yield Attempt(spec.fn, c.args, timeout, spec.is_async)
+            c.value = yield Attempt(c.fn, c.args, timeout, c.fn_async)
         except (AttemptTimeout, TimeoutError) as exc:
             failure: BaseException = exc
             timed_out = True
@@ -106,6 +107,8 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
                     yield from breaker_update(gov, spec, b, ok)
                 else:
                     local_update(gov, spec, ok)
+            if _is_error_result(gov, c):  # the service answered: not a breaker failure
+                _error_result(c)
             return
         c.executed = True
         verdict = _classify(classify, failure, timed_out, spec)
@@ -145,6 +148,45 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
                 c.flag(f"on_retry_failed: {describe(exc)}"[:200])
         if delay > 0:
             yield Sleep(delay)
+
+
+def _is_error_result(gov: Governor, c: Call) -> bool:
+    predicate = c.spec.is_error or gov.is_error
+    if predicate is None:
+        return False
+    try:
+        return bool(predicate(c.value))
+    except Exception as exc:  # a predicate that fails judges nothing
+        c.flag(f"is_error_failed: {describe(exc)}"[:200])
+        return False
+
+
+def _error_result(c: Call) -> None:
+    """A result the tool (or its framework) marks as an error: an ERROR outcome for the
+    signals, never cached, and the model reads the tool's own text."""
+    text = error_text(c.value)
+    c.status, c.value = ERROR, None
+    c.error = error_info("error_result", text[:4000], retryable=False)
+    c.fingerprint = f"result:{_DIGITS.sub('#', text)[:300]}"
+
+
+def error_text(value: Any) -> str:
+    """The text of an error result: a string as it is; else its ``content`` when that is
+    text, or a list of text blocks (MCP, several frameworks); else the result as JSON."""
+    if isinstance(value, str):
+        return value
+    content = (
+        value.get("content") if isinstance(value, Mapping) else getattr(value, "content", None)
+    )
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = [
+            b.get("text") if isinstance(b, Mapping) else getattr(b, "text", None) for b in content
+        ]
+        if texts and all(isinstance(t, str) for t in texts):
+            return "\n".join(t for t in texts if isinstance(t, str))
+    return result_text(value)
 
 
 def _classify(classify: Any, exc: BaseException, timed_out: bool, spec: ToolSpec) -> Classification:

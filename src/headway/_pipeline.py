@@ -14,6 +14,7 @@ Attempts (timeouts, retries, breaker) are in ``_attempts``; settling is in ``_se
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -43,6 +44,8 @@ def begin(
     args: Any,
     idempotency_key: str | None = None,
     step_id: str | None = None,
+    run: Any = None,
+    agent: str | None = None,
 ) -> Call | Outcome:
     """The part of a call that needs no I/O: checks, keys, and a read served from an
     in-process cache or corrected. Returns the Outcome when that settles the call, else
@@ -58,7 +61,23 @@ def begin(
         )
     canon = canonical_json(args)
     spec = gov.spec(name)
+    if spec is None and run is not None:
+        spec = gov.register(name, None)  # a tool the framework runs, undeclared: a write
     c = _new_call(gov, spec, name, args, canon, now)
+    if agent is not None:
+        if not isinstance(agent, str) or not agent:
+            raise ArgumentError(f"agent must be a non-empty string, not {agent!r}", "agent")
+        c.agent = agent
+    if run is not None:
+        c.fn, c.fn_async = run, inspect.iscoroutinefunction(run)
+    elif c.fn is None and spec is not None:
+        c.error = error_info(
+            "no_function",
+            f"{name!r} is declared without a function and this call gave none",
+            retryable=False,
+            hint="Pass the tool's runner: session.call(name, args, run=...).",
+        )
+        return settle(gov, st, c)
     if spec is None:
         known = ", ".join(sorted(gov.tools())[:30])
         c.error = error_info(
@@ -163,10 +182,11 @@ def _served(gov: Governor, st: SessionState, c: Call, entry: Any) -> bool:
     spec = c.spec
     fresh = entry if _fresh(gov, spec, entry) else None
     # a TTL read whose entry expired is a fresh look, not a repeat
-    if (fresh is not None or not spec.ttl) and st.monitor.may_correct(c.key):
+    monitor = st.monitor_of(c.agent)
+    if (fresh is not None or not spec.ttl) and monitor.may_correct(c.key):
         with st.lock:
             shown = summarize(c.canon, spec.redact_names, 300)  # never a secret in a correction
-            correction = st.monitor.before(spec, c.key, "read", shown)
+            correction = monitor.before(spec, c.key, "read", shown)
         if correction is not None:
             if gov.enforce:
                 c.status, c.correction = CORRECTED, correction

@@ -20,7 +20,7 @@ from ._call import describe
 from ._effects import Flights, drive_async, drive_sync
 from ._redact import scrub
 from ._settle import check_stop, reach
-from ._spec import ToolSpec, make_spec, options_from_mcp
+from ._spec import ToolSpec, error_result, make_spec, options_from_mcp
 from ._state import SessionState
 from .audit import AuditSink, MemoryAudit
 from .breaker import Breaker
@@ -82,6 +82,7 @@ class Governor:
         rng: Callable[[], float] = default_rng,
         on_retry: Callable[[dict[str, Any]], None] | None = None,
         agent: str | None = None,
+        is_error: Callable[[Any], bool] | None = error_result,
         secret: str | None = None,
     ) -> None:
         if secret is None:
@@ -123,6 +124,7 @@ class Governor:
         self.rng = rng
         self.on_retry = on_retry
         self.agent = agent
+        self.is_error = is_error
         self.tool_config: dict[str, dict[str, Any]] = {}
         self.flights = Flights()
         self.writes = Writes()
@@ -166,9 +168,11 @@ class Governor:
 
     # -- tools ---------------------------------------------------------------------
 
-    def register(self, name: str, fn: Callable[..., Any], **options: Any) -> ToolSpec:
+    def register(self, name: str, fn: Callable[..., Any] | None, **options: Any) -> ToolSpec:
         """Register ``fn`` as tool ``name`` (the options are the fields of semantics §1).
 
+        ``fn=None`` declares a tool that something else runs (a framework, an MCP server):
+        each call then passes its runner, ``session.call(name, args, run=...)``.
         ``annotations=`` takes MCP tool annotations; explicit options win over them.
         """
         annotations = options.pop("annotations", None)
@@ -232,13 +236,17 @@ class Governor:
                 limit = no_progress_limit or self.task_limits.get(
                     task_type or "", self.no_progress_limit
                 )
-                monitor = Monitor(
-                    limit=limit,
-                    window=self.window,
-                    normalizers=self.normalizers,
-                    threshold=self.similarity,
-                    detectors=self.detectors,
-                )
+
+                def make_monitor(limit: int = limit) -> Monitor:
+                    return Monitor(
+                        limit=limit,
+                        window=self.window,
+                        normalizers=self.normalizers,
+                        threshold=self.similarity,
+                        detectors=self.detectors,
+                    )
+
+                monitor = make_monitor()
                 st = SessionState.new(
                     run_id,
                     budgets=budgets or self.default_budgets or Budgets(),
@@ -248,6 +256,7 @@ class Governor:
                     agent=agent or self.agent,
                     task_type=task_type,
                 )
+                st.make_monitor = make_monitor
                 self._load_generation(st)
                 self._sessions[run_id] = st
                 while len(self._sessions) > 10_000:  # forget the oldest sessions' in-process state
@@ -360,14 +369,25 @@ class Session:
         *,
         idempotency_key: str | None = None,
         step_id: str | None = None,
+        run: Callable[..., Any] | None = None,
+        agent: str | None = None,
     ) -> Outcome:
         """Run one tool call through headway. Returns an Outcome; raises only
-        ArgumentError, KeyReuseError and Stop (ClosedError on a closed session)."""
+        ArgumentError, KeyReuseError and Stop (ClosedError on a closed session).
+
+        ``agent`` names the agent making the call in a multi-agent run (a crew, a team):
+        the session's cache and budgets are shared, while each agent has its own repeat,
+        cycle and no-progress stream.
+
+        ``run`` runs the tool for this call instead of the registered function (called with
+        the arguments as keywords): how integrations govern tools their framework executes.
+        A name never registered is then declared with the safe default (an unkeyed write).
+        """
         if self.closed or self.governor.closed:
             self._check_open()
         gov = self.governor
         c = _pipeline.begin(
-            gov, self._st, name, {} if args is None else args, idempotency_key, step_id
+            gov, self._st, name, {} if args is None else args, idempotency_key, step_id, run, agent
         )
         if isinstance(c, Outcome):
             return c
@@ -380,13 +400,15 @@ class Session:
         *,
         idempotency_key: str | None = None,
         step_id: str | None = None,
+        run: Callable[..., Any] | None = None,
+        agent: str | None = None,
     ) -> Outcome:
         """``call`` for async code: async tools are awaited, sync tools run in a thread."""
         if self.closed or self.governor.closed:
             self._check_open()
         gov = self.governor
         c = _pipeline.begin(
-            gov, self._st, name, {} if args is None else args, idempotency_key, step_id
+            gov, self._st, name, {} if args is None else args, idempotency_key, step_id, run, agent
         )
         if isinstance(c, Outcome):
             return c
@@ -410,7 +432,8 @@ class Session:
     def user_turn(self) -> None:
         """A new user request: repeat and no-progress counters reset, budgets do not."""
         with self._st.lock:
-            self._st.monitor.user_turn()
+            for monitor in self._st.monitors():
+                monitor.user_turn()
 
     def audit_records(self) -> list[dict[str, Any]]:
         return self.governor.audit_records(self.id)

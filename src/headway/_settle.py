@@ -65,27 +65,35 @@ def settle(gov: Governor, st: SessionState, c: Call) -> Outcome:
         correction = c.correction
         stop: Stop | None = None
         if c.known and not c.coalesced:
+            monitor = st.monitor_of(c.agent)
+            status = c.status
+            if status is CACHED and c.agent is not None and not monitor.may_correct(c.key):
+                # fetched by another agent: new to this one, judged like a fresh result
+                status = EXECUTED
             text = c.error.get("message") if c.error else None
-            if c.status in _WITH_TEXT:
+            if status in _WITH_TEXT:
                 text = c.text if c.text is not None else result_text(c.value)
                 c.text = text
-            obs = st.monitor.observation(
+            obs = monitor.observation(
                 index,
                 spec.name,
                 c.key,
                 c.args_id,
                 c.effect,
-                c.status,
+                status,
                 text,
                 c.fingerprint,
                 summarize(c.canon, spec.redact_names, 300),  # shown in corrections
             )
-            v = st.monitor.after(spec, obs, c.value, now, st.no_progress_limit)
+            v = monitor.after(spec, obs, c.value, now, st.no_progress_limit)
             mark, signals = v.mark, v.signals
             if correction is None:
                 correction = v.correction
             if v.stop is not None:
-                stop = LoopDetected(v.stop) if v.stop_kind == "loop" else BudgetExceeded(v.stop)
+                diag = v.stop if c.agent is None else {**v.stop, "agent": c.agent}
+                stop = LoopDetected(diag) if v.stop_kind == "loop" else BudgetExceeded(diag)
+        if correction is not None and c.agent is not None:  # name the agent it is meant for
+            correction = f"[agent {c.agent}] {correction}"
         if stop is None and reached is not None:
             stop = BudgetExceeded(diagnostic(*reached, index, st.monitor.last_progress_step))
         if stop is not None:
@@ -94,7 +102,7 @@ def settle(gov: Governor, st: SessionState, c: Call) -> Outcome:
             c.would = "stop"
         meter = st.meter
         budget = (meter.calls, meter.per_tool.get(spec.name, 0), meter.retries.get(spec.name, 0))
-        last_progress = st.monitor.last_progress_step
+        last_progress = st.monitor_of(c.agent).last_progress_step
     outcome: Outcome = _outcome(  # Outcome's fields in order, without its __new__ frame
         Outcome,
         (
@@ -110,7 +118,8 @@ def settle(gov: Governor, st: SessionState, c: Call) -> Outcome:
         ),
     )
     if gov.sink_modes:
-        _audit(gov, st, c, outcome, now, mark, signals, budget, last_progress)
+        reached_stop = stop.diagnostic if stop is not None else None
+        _audit(gov, st, c, outcome, now, mark, signals, budget, last_progress, reached_stop)
     return outcome
 
 
@@ -124,6 +133,7 @@ def _audit(
     signals: dict[str, Any],
     budget: tuple[int, int, int],
     last_progress: int | None,
+    stop: dict[str, Any] | None,
 ) -> None:
     """Hand the call's record to every sink; a sink that fails is reported, never raised."""
     if c.result_digest is None and c.text is None and out.value is not None:
@@ -137,9 +147,10 @@ def _audit(
         signals,
         budget,
         last_progress,
-        st.agent,
+        c.agent or st.agent,
         st.session_id,
         error_code,
+        stop,
     )
     record = AuditRecord(_values, source, st.session_id)
     if len(c.canon) > _LARGE or len(c.text or "") > _LARGE or (c.result_size or 0) > _LARGE:
@@ -158,7 +169,7 @@ def _audit(
 
 def _values(source: tuple[Any, ...]) -> list[Any]:
     """The record's values in ``audit.FIELDS`` order, from the snapshot ``_audit`` took."""
-    c, out, now, mark, signals, budget, last_progress, agent, session, error_code = source
+    c, out, now, mark, signals, budget, last_progress, agent, session, error_code, stop = source
     if c.result_digest is None and c.text is not None:
         c.result_digest, c.result_size = digest(c.text), len(c.text)
     saved = 0
@@ -194,6 +205,8 @@ def _values(source: tuple[Any, ...]) -> list[Any]:
         last_progress,
         saved,
         c.flags,
+        "hit" if c.cache_hit else ("miss" if c.cache_key is not None else "none"),
+        stop,
     ]
 
 
