@@ -27,7 +27,8 @@ def test_exact_read_called_three_times_runs_once(gov: headway.Governor) -> None:
     assert outs[0].status is headway.Status.EXECUTED and outs[0].executed
     assert outs[1].status is headway.Status.CACHED and not outs[1].executed
     assert outs[1].value == {"name": "Apple"}
-    assert outs[2].status in (headway.Status.CACHED, headway.Status.CORRECTED)
+    # the 3rd identical call of an unchanged result is a read repeat: corrected, not served
+    assert outs[2].status is headway.Status.CORRECTED and outs[2].value is None
 
 
 def test_non_consecutive_repeats_are_served_from_cache(gov: headway.Governor) -> None:
