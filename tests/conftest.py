@@ -5,6 +5,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -88,3 +89,41 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[headway.St
     s = make_store(request.param, tmp_path)
     yield s
     s.close()
+    _purge_store(s)
+
+
+def purge_prefix(url: str, prefix: str) -> None:
+    """Delete every key (Redis) or row (PostgreSQL) a test wrote under its prefix."""
+    if len(prefix) < 4:
+        return  # never a whole namespace: other runs share these servers
+    if url.startswith(("redis://", "rediss://")):
+        import redis
+
+        client = redis.Redis.from_url(url)
+        try:
+            pattern = "".join("\\" + ch if ch in "*?[]\\" else ch for ch in prefix) + "*"
+            batch: list[Any] = []
+            for key in client.scan_iter(match=pattern, count=1000):
+                batch.append(key)
+                if len(batch) >= 500:
+                    client.delete(*batch)
+                    batch.clear()
+            if batch:
+                client.delete(*batch)
+        finally:
+            client.close()
+    elif url.startswith(("postgresql://", "postgres://")):
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(
+                "DELETE FROM headway_kv WHERE left(key, length(%s)) = %s", (prefix, prefix)
+            )
+
+
+def _purge_store(store: headway.Store) -> None:
+    url = getattr(store, "url", None) or getattr(store, "dsn", None)
+    prefix = getattr(store, "prefix", "")
+    if isinstance(url, str) and isinstance(prefix, str):
+        with contextlib.suppress(Exception):
+            purge_prefix(url, prefix)

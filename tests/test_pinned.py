@@ -287,3 +287,42 @@ def test_fixed_wrappers_do_not_make_different_outputs_alike(gov: headway.Governo
     first, second = wrapped("tests: 3 passed"), wrapped("tests: 4 passed")
     assert ngram_jaccard(first, second, 5) >= 0.75
     assert third_identical_call(gov, first, second) is Status.EXECUTED
+
+
+def test_a_user_turn_starts_the_no_progress_count_again(gov: headway.Governor) -> None:
+    """5 steps without progress (limit 6), a new user turn, then more: no stop, no warning."""
+    gov.register("doc", ScriptedTool(["the document"]), effect="read", deterministic=True)
+    s = gov.session("turns")
+    outs = [s.call("doc", {}) for _ in range(6)]  # executed, then 5 served or corrected
+    assert outs[-1].correction is not None  # past half the limit: warned
+    s.user_turn()
+    after = [s.call("doc", {}) for _ in range(2)]
+    assert [o.status for o in after] == [Status.CACHED, Status.CACHED]
+    assert all(o.correction is None for o in after)
+
+
+def test_the_token_budget_is_used_up_exactly_at_its_limit(gov: headway.Governor) -> None:
+    gov.register("step", ScriptedTool(["ok"]), effect="read")
+    s = gov.session("tokens", budgets=headway.Budgets(tokens=1000))
+    s.record_turn(tokens=400)
+    s.call("step", {"i": 1})
+    s.record_turn(tokens=600)  # reaches the limit: the next call raises
+    with pytest.raises(headway.BudgetExceeded) as info:
+        s.call("step", {"i": 2})
+    assert info.value.diagnostic["budget_type"] == "tokens"
+    assert info.value.diagnostic["consumed"] == 1000
+
+
+def test_sessions_opened_at_the_same_instant_do_not_share_their_cache(
+    gov: headway.Governor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new session's cache epoch comes from the wall clock; the session id in the cache
+    key keeps two sessions apart even when their epochs are equal."""
+    import headway._session
+
+    monkeypatch.setattr(headway._session.time, "time", lambda: 1_700_000_000.0)
+    tool = ScriptedTool(["v"])
+    gov.register("overview", tool, effect="read", deterministic=True)
+    assert gov.session("first").call("overview", {"t": 1}).status is Status.EXECUTED
+    assert gov.session("second").call("overview", {"t": 1}).status is Status.EXECUTED
+    assert tool.count == 2
