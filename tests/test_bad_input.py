@@ -122,3 +122,48 @@ def test_store_that_goes_away_mid_run_fails_open_for_reads() -> None:
     assert any(f.startswith("store_error") for f in gov.audit_records("r")[-1]["flags"])
     store.down = False
     assert s.call("search", {"q": 1}).status is headway.Status.CACHED
+
+
+class Unprintable:
+    def __str__(self) -> str:
+        raise RuntimeError("str() fails")
+
+    def __repr__(self) -> str:
+        raise RuntimeError("repr() fails")
+
+
+@pytest.mark.parametrize("result", [Unprintable(), {"item": Unprintable()}, [Unprintable()]])
+def test_a_result_whose_str_raises_is_returned_not_raised(
+    gov: headway.Governor, result: Any
+) -> None:
+    gov.register("t", ScriptedTool([result]), effect="read", deterministic=True)
+    s = gov.session("r")
+    out = s.call("t", {})
+    assert out.status is headway.Status.EXECUTED and out.value is result
+    assert gov.audit_records("r")[0]["status"] == "executed"
+
+
+def test_a_raising_detector_never_escapes_a_call(clock: Any) -> None:
+    class Broken:
+        name = "broken"
+
+        def observe(self, step: Any, window: Any) -> None:
+            raise RuntimeError("detector bug")
+
+    gov = headway.Governor(clock=clock, sleep=clock.sleep, detectors=[Broken()])
+    gov.register("t", ScriptedTool(["a result"]), effect="read")
+    out = gov.session("r").call("t", {})
+    assert out.status is headway.Status.EXECUTED and out.value == "a result"
+    assert gov.audit_records("r")[0]["signals"]["broken"] == {"error": "detector bug"}
+
+
+def test_a_raising_normaliser_never_escapes_a_call(clock: Any) -> None:
+    def broken(text: str) -> str:
+        raise ValueError("normaliser bug")
+
+    gov = headway.Governor(clock=clock, sleep=clock.sleep, normalizers=[broken])
+    gov.register("t", ScriptedTool(["same"]), effect="read")
+    s = gov.session("r")
+    outs = [s.call("t", {}) for _ in range(3)]
+    # the text is still judged: the third identical unchanged read is corrected
+    assert [o.status for o in outs] == [headway.Status.EXECUTED] * 2 + [headway.Status.CORRECTED]

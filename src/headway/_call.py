@@ -98,8 +98,15 @@ def result_text(value: Any) -> str:
         pass  # integers past 64 bits, mixed key types, lone surrogates, very deep values
     try:
         return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
-    except (TypeError, ValueError, RecursionError):
+    except Exception:  # also a __str__ that raises
+        return _repr(value)
+
+
+def _repr(value: Any) -> str:
+    try:
         return repr(value)
+    except Exception:
+        return f"<{type(value).__name__}: text unavailable>"
 
 
 def describe(exc: BaseException) -> str:
