@@ -30,7 +30,7 @@ TESTS = {
     "budgets": ["tests/test_budgets.py", "tests/test_pinned.py"],
     "idempotency": ["tests/test_idempotency.py", "tests/test_pinned.py"],
     "shell": ["tests/test_shell.py"],
-    "breaker": ["tests/test_resilience.py"],
+    "breaker": ["tests/test_resilience.py", "tests/test_pinned.py"],
 }
 
 # (module, what the mutant breaks, text in the module, replacement)

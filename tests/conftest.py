@@ -24,6 +24,18 @@ def _unavailable(what: str, exc: Exception) -> None:
     pytest.skip(f"{message}; start it to run these tests")
 
 
+def err(out: headway.Outcome) -> dict[str, Any]:
+    """An outcome's error (for typed tests: it must be there)."""
+    assert out.error is not None, out
+    return out.error
+
+
+def present(value: Any) -> Any:
+    """A store value that must be there."""
+    assert value is not None
+    return value
+
+
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()

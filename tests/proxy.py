@@ -99,10 +99,10 @@ class FaultProxy:
                     (upstream if sock is client else client).sendall(data)
             except OSError:
                 break
-        for sock in (client, upstream):
-            if sock is not None:
+        for end in (client, upstream):
+            if end is not None:
                 with contextlib.suppress(OSError):
-                    sock.close()
+                    end.close()
 
 
 def _alive(sock: socket.socket) -> bool:

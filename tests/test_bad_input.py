@@ -33,7 +33,12 @@ def test_non_json_values_are_canonicalised_and_passed_through(gov: headway.Gover
     import datetime as dt
 
     seen: list[Any] = []
-    gov.register("t", lambda **kw: seen.append(kw) or "ok", effect="read", deterministic=True)
+
+    def tool(**kw: Any) -> str:
+        seen.append(kw)
+        return "ok"
+
+    gov.register("t", tool, effect="read", deterministic=True)
     s = gov.session("r")
     args = {"day": dt.date(2024, 1, 1), "ids": {3, 1}, "raw": b"\x00"}
     assert s.call("t", args).status is headway.Status.EXECUTED
@@ -112,7 +117,7 @@ class BrokenStore(headway.MemoryStore):
 def test_store_that_goes_away_mid_run_fails_open_for_reads() -> None:
     store = BrokenStore()
     gov = headway.Governor(store=store)
-    tool = ScriptedTool([lambda q: f"result {q} {tool.count}"])
+    tool: ScriptedTool = ScriptedTool([lambda q: f"result {q} {tool.count}"])
     gov.register("search", tool, effect="read", deterministic=True)
     s = gov.session("r")
     s.call("search", {"q": 1})

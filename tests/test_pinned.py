@@ -318,11 +318,31 @@ def test_sessions_opened_at_the_same_instant_do_not_share_their_cache(
 ) -> None:
     """A new session's cache epoch comes from the wall clock; the session id in the cache
     key keeps two sessions apart even when their epochs are equal."""
-    import headway._session
+    import time
 
-    monkeypatch.setattr(headway._session.time, "time", lambda: 1_700_000_000.0)
+    monkeypatch.setattr(time, "time", lambda: 1_700_000_000.0)
     tool = ScriptedTool(["v"])
     gov.register("overview", tool, effect="read", deterministic=True)
     assert gov.session("first").call("overview", {"t": 1}).status is Status.EXECUTED
     assert gov.session("second").call("overview", {"t": 1}).status is Status.EXECUTED
     assert tool.count == 2
+
+
+def test_a_breaker_opens_when_the_failure_ratio_reaches_its_limit(gov: headway.Governor) -> None:
+    """ratio=0.5 over 4 calls: 2 failures of 4 is the limit itself, and opens the breaker."""
+    results = iter(["ok", ConnectionError("down"), "ok", ConnectionError("down")])
+
+    def tool(i: int) -> str:
+        r = next(results)
+        if isinstance(r, Exception):
+            raise r
+        return r
+
+    breaker = headway.Breaker(ratio=0.5, window=4, min_calls=4)
+    gov.register("q", tool, effect="read", retry=headway.Retry(attempts=1), breaker=breaker)
+    s = gov.session("ratio")
+    for i in range(3):
+        s.call("q", {"i": i})
+    assert gov.breaker_state("q") == "closed"
+    s.call("q", {"i": 3})
+    assert gov.breaker_state("q") == "open"
