@@ -330,13 +330,12 @@ def test_sessions_opened_at_the_same_instant_do_not_share_their_cache(
 
 def test_a_breaker_opens_when_the_failure_ratio_reaches_its_limit(gov: headway.Governor) -> None:
     """ratio=0.5 over 4 calls: 2 failures of 4 is the limit itself, and opens the breaker."""
-    results = iter(["ok", ConnectionError("down"), "ok", ConnectionError("down")])
+    fails = iter([False, True, False, True])
 
     def tool(i: int) -> str:
-        r = next(results)
-        if isinstance(r, Exception):
-            raise r
-        return r
+        if next(fails):
+            raise ConnectionError("down")
+        return "ok"
 
     breaker = headway.Breaker(ratio=0.5, window=4, min_calls=4)
     gov.register("q", tool, effect="read", retry=headway.Retry(attempts=1), breaker=breaker)
