@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
+import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -131,6 +133,39 @@ def purge_prefix(url: str, prefix: str) -> None:
             conn.execute(
                 "DELETE FROM headway_kv WHERE left(key, length(%s)) = %s", (prefix, prefix)
             )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _delete_what_the_tests_wrote() -> Iterator[None]:
+    """Every Redis or PostgreSQL store a test opens in this process with a unique prefix
+    (one with 6+ hex digits, as the tests make them) is purged when the run ends."""
+    opened: set[tuple[str, str]] = set()
+    patched: list[tuple[Any, Any]] = []
+    for module, name, attr in (
+        ("headway.stores.redis", "RedisStore", "url"),
+        ("headway.stores.postgres", "PostgresStore", "dsn"),
+    ):
+        try:
+            cls = getattr(importlib.import_module(module), name)
+        except ImportError:
+            continue
+        original = cls.__init__
+
+        def init(
+            self: Any, *a: Any, _original: Any = original, _attr: str = attr, **kw: Any
+        ) -> None:
+            _original(self, *a, **kw)
+            if re.search(r"[0-9a-f]{6}", self.prefix):
+                opened.add((getattr(self, _attr), self.prefix))
+
+        cls.__init__ = init
+        patched.append((cls, original))
+    yield
+    for cls, original in patched:
+        cls.__init__ = original
+    for url, prefix in opened:
+        with contextlib.suppress(Exception):
+            purge_prefix(url, prefix)
 
 
 def _purge_store(store: headway.Store) -> None:
