@@ -23,13 +23,13 @@ def outcomes_path(path: Path) -> Path:
 
 
 def succeeded(row: Mapping[str, Any]) -> bool | None:
-    """A run's recorded verdict: ``outcome.passed`` / ``outcome.is_resolved``, else
-    ``reward >= 1``; None when the run records none."""
+    """A run's recorded verdict: ``success`` / ``passed`` (at the top or in ``outcome``),
+    ``outcome.is_resolved``, else ``reward >= 1``; None when the run records none."""
     outcome = row.get("outcome")
-    if isinstance(outcome, Mapping):
-        for field in ("passed", "is_resolved", "success"):
-            if isinstance(outcome.get(field), bool):
-                return bool(outcome[field])
+    for where in (row, outcome if isinstance(outcome, Mapping) else {}):
+        for field in ("success", "passed", "is_resolved"):
+            if isinstance(where.get(field), bool):
+                return bool(where[field])
     reward = row.get("reward")
     if isinstance(reward, int | float) and not isinstance(reward, bool):
         return reward >= 1
