@@ -30,8 +30,10 @@ def test_analyze_writes_the_json_figures_and_a_summary(
 ) -> None:
     chats = tmp_path / "chats.jsonl"
     chats.write_text(json.dumps(_conversation(12)) + "\n" + json.dumps(_conversation(2)) + "\n")
-    out = tmp_path / "figures.json"
-    assert main(["analyze", str(chats), "--json", str(out)]) == 0
+    (tmp_path / "README.md").write_text("# runs of May\n")  # skipped with a note: exit 0
+    out = tmp_path / "out" / "figures.json"
+    out.parent.mkdir()
+    assert main(["analyze", str(tmp_path), "--json", str(out)]) == 0
     result = json.loads(out.read_text())
     assert set(result["sources"]) == {"chats"}
     for figs in (result["sources"]["chats"], result["overall"]):
@@ -41,6 +43,7 @@ def test_analyze_writes_the_json_figures_and_a_summary(
     text = capsys.readouterr()
     assert "chats" in text.out and "overall" in text.out and "stale answers: 0" in text.out
     assert "runs read" not in text.err  # no progress bar when stderr is not a terminal
+    assert "skipped" in text.err and "README.md" in text.err
 
 
 def test_analyze_reports_bad_input_and_still_analyses_the_rest(

@@ -170,8 +170,10 @@ def test_a_directory_reads_every_file_and_names_what_it_cannot_read(tmp_path: Pa
     (tmp_path / "notes.md").write_text("# notes\n")
     runs, problems = _split(list(read_all([tmp_path])))
     assert [(r.run_id, r.succeeded) for r in runs] == [("a", False)]
-    assert [p.path for p in problems] == [str(tmp_path / "notes.md")]
+    assert [(p.path, p.skipped) for p in problems] == [(str(tmp_path / "notes.md"), True)]
     assert "not a recognised trace format" in problems[0].message
+    _, named = _split(list(read_all([tmp_path / "notes.md"])))
+    assert not named[0].skipped  # named on its own, it is an error
 
 
 def test_a_missing_path_is_a_problem_not_a_crash(tmp_path: Path) -> None:

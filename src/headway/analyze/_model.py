@@ -44,6 +44,7 @@ class Problem:
     path: str
     line: int
     message: str
+    skipped: bool = False  # a file in a named directory that holds no runs: a note only
 
     def __str__(self) -> str:
         where = f"{self.path}:{self.line}" if self.line else self.path

@@ -41,9 +41,12 @@ def _runs(
     paths: Sequence[str], fmt: str, problems: list[Problem], bar: IO[str] | None
 ) -> Iterator[Run]:
     count = 0
-    for path in files(paths):
-        for item in read(path, fmt):
+    for path, listed in files(paths):
+        for item in read(path, fmt, listed=listed):
             if isinstance(item, Problem):
+                if item.skipped:
+                    print(f"headway analyze: skipped {item}", file=sys.stderr)
+                    continue
                 problems.append(item)
                 print(f"headway analyze: {item}", file=sys.stderr)
                 continue

@@ -15,16 +15,17 @@ FORMATS = ("auto", "uniform", "openai", "anthropic", "otel", "audit")
 _COMPANION = ".runs.jsonl"  # the uniform format's outcomes, read with its calls file
 
 
-def files(paths: Iterable[str | Path]) -> Iterator[Path]:
-    """The files named, and every file in a named directory (sorted, not recursive); the
-    uniform format's ``*.runs.jsonl`` are read with their calls, not on their own."""
+def files(paths: Iterable[str | Path]) -> Iterator[tuple[Path, bool]]:
+    """(path, listed): the files named, and every file in a named directory (sorted, not
+    recursive; ``listed``); the uniform format's ``*.runs.jsonl`` are read with their
+    calls, not on their own."""
     for p in map(Path, paths):
         if p.is_dir():
             for child in sorted(p.iterdir()):
                 if child.is_file() and not child.name.endswith(_COMPANION):
-                    yield child
+                    yield child, True
         else:
-            yield p
+            yield p, False
 
 
 def _first_json_line(path: Path) -> Any:
@@ -73,15 +74,16 @@ def detect(path: Path) -> tuple[str, bool] | None:
     return (kind, False) if kind is not None else None
 
 
-def read(path: Path, fmt: str = "auto") -> Iterator[Run | Problem]:
-    """The runs in one file (and the Problems met on the way)."""
+def read(path: Path, fmt: str = "auto", *, listed: bool = False) -> Iterator[Run | Problem]:
+    """The runs in one file (and the Problems met on the way). A file found in a
+    directory (``listed``) that is no trace (a README) is skipped with a note."""
     if not path.exists():
         yield Problem(str(path), 0, "no such file or directory")
         return
     found = detect(path)
     if fmt == "auto":
         if found is None:
-            yield Problem(str(path), 0, "not a recognised trace format (use --format)")
+            yield Problem(str(path), 0, "not a recognised trace format (use --format)", listed)
             return
         fmt = found[0]
     jsonl = found[1] if found is not None else path.name.endswith((".jsonl", ".jsonl.gz"))
@@ -98,5 +100,5 @@ def read(path: Path, fmt: str = "auto") -> Iterator[Run | Problem]:
 
 
 def read_all(paths: Iterable[str | Path], fmt: str = "auto") -> Iterator[Run | Problem]:
-    for path in files(paths):
-        yield from read(path, fmt)
+    for path, listed in files(paths):
+        yield from read(path, fmt, listed=listed)
