@@ -17,10 +17,11 @@ registration). Without one, tools are declared by what they do, as an operator w
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
-from ..shell import is_dynamic, shell_effect, shell_resources
+from ..shell import command_effect, command_resources, is_dynamic
 from ._model import Call
 
 VIEW_TOOLS = frozenset(
@@ -67,6 +68,26 @@ def _path(args: Any) -> tuple[str, ...] | None:
     return (str(path).rstrip("/").rsplit("/", 1)[-1],) if path else None
 
 
+def _command(args: Mapping[str, Any]) -> Any:
+    return args.get("command", args.get("cmd", args.get("code")))
+
+
+# a replay classifies each command several times (effect, resources, dynamic): parse once
+_effect_of = functools.lru_cache(maxsize=4096)(command_effect)
+_resources_of = functools.lru_cache(maxsize=4096)(command_resources)
+_dynamic = functools.lru_cache(maxsize=4096)(is_dynamic)
+
+
+def shell_effect(args: Mapping[str, Any]) -> Literal["read", "write"]:
+    command = _command(args)
+    return _effect_of(command) if isinstance(command, str) else "write"
+
+
+def shell_resources(args: Mapping[str, Any]) -> tuple[str, ...] | None:
+    command = _command(args)
+    return _resources_of(command) if isinstance(command, str) else None
+
+
 def declaration(call: Call) -> dict[str, Any]:
     """The ``register`` options for the tool of this call (see the module docstring)."""
     tool, hints = call.tool, call.hints
@@ -91,7 +112,7 @@ def declaration(call: Call) -> dict[str, Any]:
 
 def registered_name(call: Call, args: Mapping[str, Any]) -> str:
     """The name the replay registers: a time-dependent shell read goes to an uncached twin."""
-    command = args.get("command", args.get("cmd"))
-    if call.tool.lower() in SHELL_TOOLS and isinstance(command, str) and is_dynamic(command):
+    command = _command(args)
+    if call.tool.lower() in SHELL_TOOLS and isinstance(command, str) and _dynamic(command):
         return call.tool + DYNAMIC_SUFFIX
     return call.tool

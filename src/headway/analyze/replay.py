@@ -115,7 +115,8 @@ def replay(run: Run, config: Path | None = None) -> Replayed:
         name = registered_name(call, args)
         if gov.spec(name) is None:
             options = {"effect": "read"} if name.endswith(DYNAMIC_SUFFIX) else declaration(call)
-            gov.register(name, tool, **options)
+            # recorded results return at once: no attempt thread (a --config timeout still applies)
+            gov.register(name, tool, **{"timeout": None, **options})
         current["value"] = "Error: " + call.result if call.error else call.result
         identity = _identity(name, args)
         before = previous.get(identity)
