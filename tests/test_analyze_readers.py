@@ -204,3 +204,14 @@ def test_a_broken_json_document_names_its_line(tmp_path: Path) -> None:
     path.write_text('[\n {"role": "user",\n  "content": }\n]\n')
     runs, problems = _split(list(read(path, "openai")))
     assert runs == [] and problems[0].line == 3
+
+
+def test_records_that_never_reached_a_tool_are_counted_not_replayed(tmp_path: Path) -> None:
+    format_error = {
+        **_uniform("a", 1, "invalid_action", "use one block"),
+        "args": {"n_bash_blocks": 2},
+    }
+    silent = {**_uniform("a", 2, "delegate:Coder", ""), "kind": "delegation", "obs_len": 0}
+    path = _jsonl(tmp_path / "d.calls.jsonl", [_uniform("a", 0, "bash", "x"), format_error, silent])
+    (run,) = _split(list(read(path)))[0]
+    assert [c.tool for c in run.calls] == ["bash"] and run.not_replayed == 2

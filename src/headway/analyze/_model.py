@@ -35,6 +35,7 @@ class Run:
     run_id: str
     calls: list[Call]
     succeeded: bool | None = None
+    not_replayed: int = 0  # records that are no tool call headway would see (see the reader)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -12,6 +12,8 @@
   ``stops``: runs headway would have stopped; ``executions_saved``: tool executions that
   would not have happened (served, corrected, after a stop); ``tokens_saved``: tokens
   of the results the model would not have read (corrected calls and calls after a stop).
+- ``not_replayed``: records that are no tool call (a harness's format-error answer, a
+  delegation without its reply); ``malformed``: arguments headway refused.
 - with recorded outcomes: ``succeeded`` runs and ``stopped_succeeded`` (false kills).
 - rates carry a 95% Wilson interval: ``rcr_ci``, ``same_result_rcr_ci``,
   ``captured_ci``, ``stop_rate_ci``, ``false_kill_rate_ci``.
@@ -30,7 +32,7 @@ from .replay import signal_of as _signal
 _COUNTS = (
     "runs", "calls", "repeats", "oracle", "served", "served_ok", "stale", "harness_stubs",
     "corrections", "runs_corrected", "stops", "executions_saved", "tokens_saved",
-    "runs_with_outcome", "succeeded", "stopped_succeeded", "malformed",
+    "runs_with_outcome", "succeeded", "stopped_succeeded", "malformed", "not_replayed",
 )  # fmt: skip
 
 
@@ -118,6 +120,7 @@ class Figures:
         for t in groups:
             c = t.n
             c["runs"] += 1
+            c["not_replayed"] += r.run.not_replayed
             c["runs_corrected"] += bool(corrections)
             c["stops"] += stopped
             if r.run.succeeded is not None:

@@ -51,6 +51,15 @@ def _outcomes(path: Path) -> dict[str, bool | None]:
     return out
 
 
+def not_a_call(rec: Mapping[str, Any]) -> bool:
+    """Records no governor would see: a harness's answer to a badly formatted reply
+    (mini-swe-agent's ``n_bash_blocks``), a delegation whose reply was not recorded."""
+    args = rec.get("args")
+    if isinstance(args, Mapping) and "n_bash_blocks" in args:
+        return True
+    return rec.get("kind") == "delegation" and not rec.get("obs_len")
+
+
 def _call(rec: Mapping[str, Any]) -> Call:
     text = rec.get("observation")
     text = text if isinstance(text, str) else ""
@@ -73,6 +82,7 @@ def read(path: Path) -> Iterator[Run | Problem]:
     """Runs in file order (a run's records are consecutive); memory holds one run."""
     outcomes = _outcomes(outcomes_path(path))
     current: list[tuple[int, Call]] = []
+    skipped = 0
     key: tuple[str, str] | None = None
     for item in json_lines(path):
         if isinstance(item, Problem):
@@ -83,17 +93,25 @@ def read(path: Path) -> Iterator[Run | Problem]:
             yield Problem(str(path), number, "not a uniform call record (needs run_id and tool)")
             continue
         rec_key = (str(rec.get("source") or path.name.split(".")[0]), str(rec["run_id"]))
-        if current and rec_key != key:
-            yield _run(key, current, outcomes)
-            current = []
+        if key is not None and rec_key != key:
+            yield _run(key, current, skipped, outcomes)
+            current, skipped = [], 0
         key = rec_key
+        if not_a_call(rec):
+            skipped += 1
+            continue
         step = rec.get("step")
         current.append((step if isinstance(step, int) else len(current), _call(rec)))
-    if current:
-        yield _run(key, current, outcomes)
+    if key is not None:
+        yield _run(key, current, skipped, outcomes)
 
 
-def _run(key: Any, calls: list[tuple[int, Call]], outcomes: Mapping[str, bool | None]) -> Run:
+def _run(
+    key: tuple[str, str],
+    calls: list[tuple[int, Call]],
+    skipped: int,
+    outcomes: Mapping[str, bool | None],
+) -> Run:
     source, run_id = key
     ordered = [c for _, c in sorted(calls, key=lambda sc: sc[0])]
-    return Run(source, run_id, ordered, outcomes.get(run_id))
+    return Run(source, run_id, ordered, outcomes.get(run_id), skipped)
