@@ -108,3 +108,13 @@ def test_tokens_fall_back_to_four_characters_a_token(monkeypatch: pytest.MonkeyP
     assert tokens.count("abcd" * 10) == 10
     assert tokens.count("abcd" * 10, size=400) == 100  # a cut result counts in full
     assert tokens.method() == "characters / 4"
+
+
+def test_timelines_show_stale_and_stopped_runs_before_merely_corrected_ones() -> None:
+    warned = Run("s", "warned", [_call("look", {"q": 1}, "same text " * 10) for _ in range(4)])
+    spin = Run("s", "spin", [_call("search", {"q": "x"}, "nothing new " * 10) for _ in range(12)])
+    f = Figures(max_timelines=1)
+    for r in (warned, spin):
+        f.add(replay(r))
+    assert [t["run_id"] for t in f.timelines] == ["spin"]
+    assert [e[2] for e in f.timelines[0]["steps"]].count("stop") == 1

@@ -21,7 +21,7 @@ import functools
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from ..shell import command_effect, command_resources, is_dynamic
+from ..shell import DYNAMIC, command_effect, command_resources, is_dynamic
 from ._model import Call
 
 VIEW_TOOLS = frozenset(
@@ -113,6 +113,11 @@ def declaration(call: Call) -> dict[str, Any]:
 def registered_name(call: Call, args: Mapping[str, Any]) -> str:
     """The name the replay registers: a time-dependent shell read goes to an uncached twin."""
     command = _command(args)
-    if call.tool.lower() in SHELL_TOOLS and isinstance(command, str) and _dynamic(command):
+    if (
+        call.tool.lower() in SHELL_TOOLS
+        and isinstance(command, str)
+        and any(word in command for word in DYNAMIC)  # most commands: no parse needed
+        and _dynamic(command)
+    ):
         return call.tool + DYNAMIC_SUFFIX
     return call.tool

@@ -84,7 +84,8 @@ class Figures:
         self.sources: dict[str, Tally] = {}
         self.tools: dict[str, dict[str, Tally]] = {}
         self.flagged: list[dict[str, Any]] = []  # runs corrected or stopped: step and signal
-        self.timelines: list[dict[str, Any]] = []  # the first few flagged runs, call by call
+        # the first few flagged runs, call by call: stale first, then stopped, then corrected
+        self._timelines: tuple[list[dict[str, Any]], ...] = ([], [], [])
         self.max_timelines = max_timelines
 
     def add(self, r: Replayed) -> None:
@@ -130,8 +131,9 @@ class Figures:
             if stopped:
                 t.stop_signals[r.stop_signal] += 1
         stale = any(s.served == "stale" for s in r.steps)
-        if (corrections or stopped or stale) and len(self.timelines) < self.max_timelines:
-            self.timelines.append(
+        kept = self._timelines[0 if stale else 1 if stopped else 2]
+        if (corrections or stopped or stale) and len(kept) < self.max_timelines:
+            kept.append(
                 {
                     "source": source,
                     "run_id": r.run.run_id,
@@ -151,6 +153,11 @@ class Figures:
                     "corrections": corrections,
                 }
             )
+
+    @property
+    def timelines(self) -> list[dict[str, Any]]:
+        """Runs to draw: those with a stale answer, then stopped, then corrected ones."""
+        return [t for kept in self._timelines for t in kept][: self.max_timelines]
 
     def result(self) -> dict[str, Any]:
         sources = {}

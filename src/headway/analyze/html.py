@@ -26,6 +26,7 @@ h1{font-size:1.5em;margin:.2em 0}h2{font-size:1.15em;margin:1.4em 0 .4em}
 .card b{display:block;font-size:1.35em}.card.bad b{color:#d62728}
 table{width:100%;border-collapse:collapse;table-layout:fixed;font-size:.82em;background:#fff}
 th,td{border:1px solid #dde3ea;padding:3px 4px;text-align:right;overflow-wrap:anywhere}
+th{overflow-wrap:normal;font-size:.92em}td small{color:#5a6675;white-space:nowrap}
 th:first-child,td:first-child{text-align:left;width:22%}
 td.bad{background:#fde2e2;font-weight:bold}
 svg{width:100%;height:auto;display:block;background:#fff;border:1px solid #dde3ea;border-radius:6px}
@@ -64,7 +65,7 @@ def _table(result: dict[str, Any]) -> str:
     cols = ("runs", "calls", "rcr", "same_result_rcr", "served", "stale", "oracle", "captured",
             "corrections", "stops", "stopped_succeeded", "tokens_saved")  # fmt: skip
     heads = ("runs", "calls", "RCR", "same-result RCR", "served", "stale", "oracle",
-             "captured", "corrections", "stops", "stopped & succeeded", "tokens saved")  # fmt: skip
+             "captured", "corr.", "stops", "false kills", "tokens saved")  # fmt: skip
     rows = [*result["sources"].items(), ("overall", result["overall"])]
     out = ["<table><tr><th>source</th>", *(f"<th>{_e(h)}</th>" for h in heads), "</tr>"]
     for name, f in rows:
@@ -74,7 +75,7 @@ def _table(result: dict[str, Any]) -> str:
             cell = _pct(v) if isinstance(v, float) else str(v)
             if c in ("rcr", "same_result_rcr", "captured"):
                 lo, hi = f[c + "_ci"]
-                cell += f"<br><small>{lo:.1%}-{hi:.1%}</small>"
+                cell += f"<br><small>{lo * 100:.1f}-{hi * 100:.1f}</small>"
             bad = c == "stale" and v > 0
             out.append(f"<td{' class=bad' if bad else ''}>{cell}</td>")
         out.append("</tr>")
@@ -188,6 +189,8 @@ def render(result: dict[str, Any], timelines: list[dict[str, Any]]) -> str:
 for the tools. Tokens by {_e(result.get("tokens_method", ""))}.</p>
 <div class="cards" id="summary">{_cards(result["overall"])}</div>
 <h2>Per source</h2>{_table(result)}
+<p><small>Rates with their 95% interval (Wilson, in %). False kills: runs stopped although
+they succeeded.</small></p>
 <h2>Repeats per tool</h2><div id="repeats">{_repeats_chart(result)}</div>
 <h2>Savings captured against the oracle</h2><div id="captured">{_captured_chart(result)}</div>
 <h2>Runs headway would have corrected or stopped</h2>{legend}
