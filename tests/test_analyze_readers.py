@@ -215,3 +215,45 @@ def test_records_that_never_reached_a_tool_are_counted_not_replayed(tmp_path: Pa
     path = _jsonl(tmp_path / "d.calls.jsonl", [_uniform("a", 0, "bash", "x"), format_error, silent])
     (run,) = _split(list(read(path)))[0]
     assert [c.tool for c in run.calls] == ["bash"] and run.not_replayed == 2
+
+
+def test_a_sqlite_audit_table_is_read_by_path_or_url(tmp_path: Path) -> None:
+    db = tmp_path / "audit.db"
+    sink = headway.SQLiteAuditSink(db)
+    gov = headway.Governor(audit=[sink])
+    gov.register("lookup", lambda q: f"found {q}", effect="read")
+    s = gov.session("s1")
+    for q in (1, 2, 1):
+        s.call("lookup", {"q": q})
+    sink.close()
+    assert detect(db) == ("audit", False)
+    for path in (db, f"sqlite:///{db}"):
+        runs, problems = _split(list(read_all([path])))
+        assert problems == []
+        assert [(r.run_id, [c.args["q"] for c in r.calls]) for r in runs] == [("s1", [1, 2, 1])]
+
+
+def test_a_sqlite_file_without_the_audit_table_is_a_clear_problem(tmp_path: Path) -> None:
+    import sqlite3
+
+    db = tmp_path / "other.db"
+    sqlite3.connect(db).execute("CREATE TABLE t (x)").connection.commit()
+    _, problems = _split(list(read_all([db])))
+    assert "cannot read the headway_audit table" in problems[0].message
+
+
+def test_reading_a_large_file_keeps_memory_flat(tmp_path: Path) -> None:
+    """Streaming: the peak memory while reading 4,000 runs stays far below the data."""
+    import tracemalloc
+
+    rows = [_uniform(f"r{i}", 0, "get", f"{i}" + "x" * 2000) for i in range(4000)]
+    path = _jsonl(tmp_path / "big.calls.jsonl.gz", rows, gz=True)
+    del rows
+    tracemalloc.start()
+    try:
+        count = sum(1 for item in read(path) if isinstance(item, Run))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert count == 4000
+    assert peak < 2_000_000  # the observations alone are 8 MB

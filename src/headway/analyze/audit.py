@@ -1,4 +1,5 @@
-"""headway's own audit trail (``JSONLSink`` lines): one record per call.
+"""headway's own audit trail: ``JSONLSink`` lines, or the ``headway_audit`` table of a
+``SQLiteAuditSink`` file (a path, or a ``sqlite:///`` URL). One record per call.
 
 The audit keeps argument text (redacted, cut at 1,000 characters) and a digest of each
 result, not the result: the digest stands in for it, so results compare exactly.
@@ -9,7 +10,8 @@ replay (the records' few fields only).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+import sqlite3
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +28,29 @@ def _args(text: Any) -> Any:
         return text  # cut at 1,000 characters: the text still identifies the call
 
 
-def read(path: Path) -> Iterator[Run | Problem]:
+def _table(path: Path) -> Iterator[tuple[int, Any] | Problem]:
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            rows = conn.execute("SELECT id, record FROM headway_audit ORDER BY id")
+            for rowid, text in rows:
+                try:
+                    yield rowid, json.loads(text)
+                except json.JSONDecodeError as exc:
+                    yield Problem(str(path), rowid, f"audit row is not valid JSON ({exc.msg})")
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        yield Problem(str(path), 0, f"cannot read the headway_audit table ({exc})")
+
+
+def read(path: Path, *, sqlite: bool = False) -> Iterator[Run | Problem]:
+    """The sessions of an audit file (``sqlite``: a SQLite file; a Problem's line is then
+    the row id)."""
     source = path.name.split(".")[0]
     sessions: dict[str, list[tuple[int, Call]]] = {}
-    for item in json_lines(path):
+    records: Iterable[tuple[int, Any] | Problem] = _table(path) if sqlite else json_lines(path)
+    for item in records:
         if isinstance(item, Problem):
             yield item
             continue

@@ -19,7 +19,8 @@ def files(paths: Iterable[str | Path]) -> Iterator[tuple[Path, bool]]:
     """(path, listed): the files named, and every file in a named directory (sorted, not
     recursive; ``listed``); the uniform format's ``*.runs.jsonl`` are read with their
     calls, not on their own."""
-    for p in map(Path, paths):
+    for name in map(str, paths):
+        p = Path(name.removeprefix("sqlite:///")) if name.startswith("sqlite:///") else Path(name)
         if p.is_dir():
             for child in sorted(p.iterdir()):
                 if child.is_file() and not child.name.endswith(_COMPANION):
@@ -58,8 +59,19 @@ def _kind(obj: Any) -> str | None:
     return None
 
 
+def _is_sqlite(path: Path) -> bool:
+    try:
+        with path.open("rb") as fh:
+            return fh.read(16) == b"SQLite format 3\x00"
+    except OSError:
+        return False
+
+
 def detect(path: Path) -> tuple[str, bool] | None:
-    """(format, jsonl) of a file, or None when it is no format this reads."""
+    """(format, jsonl) of a file, or None when it is no format this reads. A SQLite file
+    is headway's audit table: ("audit", False)."""
+    if _is_sqlite(path):
+        return "audit", False
     try:
         first = _first_json_line(path)
     except (OSError, EOFError, UnicodeError):
@@ -90,7 +102,7 @@ def read(path: Path, fmt: str = "auto", *, listed: bool = False) -> Iterator[Run
     if fmt == "uniform":
         yield from uniform.read(path)
     elif fmt == "audit":
-        yield from audit.read(path)
+        yield from audit.read(path, sqlite=_is_sqlite(path))
     elif fmt == "otel":
         yield from otel.read(path, jsonl=jsonl)
     elif fmt in ("openai", "anthropic"):
