@@ -76,3 +76,13 @@ def test_the_default_policy_serves_no_stale_answer_on_real_tau_bench_runs(tmp_pa
     main(["analyze", str(TRACES / "tau_bench_airline_gpt4o.calls.jsonl.gz"), "--json", str(out)])
     figs = json.loads(out.read_text())["sources"]["tau_bench_airline_gpt4o"]
     assert figs["runs"] > 100 and figs["served"] > 0 and figs["stale"] == 0
+
+
+def test_a_progress_line_goes_to_stderr_only_on_a_terminal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    chats = tmp_path / "chats.jsonl"
+    chats.write_text("".join(json.dumps(_conversation(1)) + "\n" for _ in range(10)))
+    monkeypatch.setattr("sys.stderr.isatty", lambda: True)
+    assert main(["analyze", str(chats)]) == 0
+    assert "10 runs read" in capsys.readouterr().err

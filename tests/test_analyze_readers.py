@@ -257,3 +257,19 @@ def test_reading_a_large_file_keeps_memory_flat(tmp_path: Path) -> None:
         tracemalloc.stop()
     assert count == 4000
     assert peak < 2_000_000  # the observations alone are 8 MB
+
+
+def test_otel_values_of_every_kind_and_error_status_are_read(tmp_path: Path) -> None:
+    span = {"traceId": "t", "name": "execute_tool lookup", "startTimeUnixNano": 7, "status": {"code": 2},
+            "attributes": [{"key": "gen_ai.conversation.id", "value": {"stringValue": "conv"}},
+                           {"key": "gen_ai.tool.call.arguments", "value": {"kvlistValue": {"values": [
+                               {"key": "n", "value": {"intValue": "3"}},
+                               {"key": "tags", "value": {"arrayValue": {"values": [{"boolValue": True}]}}}]}}},
+                           {"key": "gen_ai.tool.call.result", "value": {"doubleValue": 1.5}}]}  # fmt: skip
+    path = tmp_path / "spans.json"
+    path.write_text(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}, indent=1))
+    assert detect(path) == ("otel", False)
+    (run,) = _split(list(read(path)))[0]
+    (call,) = run.calls
+    assert run.run_id == "conv" and call.tool == "lookup"  # the tool named by the span name
+    assert call.args == {"n": 3, "tags": [True]} and call.result == "1.5" and call.error

@@ -118,3 +118,20 @@ def test_timelines_show_stale_and_stopped_runs_before_merely_corrected_ones() ->
         f.add(replay(r))
     assert [t["run_id"] for t in f.timelines] == ["spin"]
     assert [e[2] for e in f.timelines[0]["steps"]].count("stop") == 1
+
+
+def test_an_edit_invalidates_the_reads_of_its_file_only() -> None:
+    read_a = _call("Read", {"file_path": "/src/a.py"}, "a = 1")
+    read_b = _call("Read", {"file_path": "/src/b.py"}, "b = 1")
+    edit_a = _call("Edit", {"file_path": "/src/a.py", "old": "1", "new": "2"}, "ok")
+    calls = [read_a, read_b, edit_a, _call("Read", {"file_path": "/src/a.py"}, "a = 2"), read_b]
+    r = replay(Run("s", "r", calls))
+    assert [s.served for s in r.steps] == ["", "", "", "", "ok"]  # b.py served, a.py re-read
+
+
+def test_a_recorded_error_is_never_served_and_counts_as_a_repeated_error() -> None:
+    failing = Call("fetch", {"u": 1}, "timeout", "id:t", error=True, hints={"side_effect": False})
+    r = replay(Run("s", "r", [failing] * 4))
+    assert all(s.served == "" for s in r.steps)
+    assert [s.signals.get("repeated_error") for s in r.steps] == [None, 2, 3, 4]
+    assert [s.correction for s in r.steps] == [False, False, True, True]  # from the 3rd

@@ -53,6 +53,10 @@ class Replayed:
     stop_signal: str = ""
 
 
+class RecordedError(Exception):
+    """A result the recording marks as an error, raised where the tool failed."""
+
+
 class _Capture:
     """An audit sink keeping the last record (the replay reads it after each call)."""
 
@@ -103,6 +107,8 @@ def replay(run: Run, config: Path | None = None) -> Replayed:
     current: dict[str, Any] = {}
 
     def tool(**_: Any) -> Any:
+        if current["error"]:  # an error outcome: never cached, fingerprinted by its text
+            raise RecordedError(current["value"])
         return current["value"]
 
     session = gov.session(run.run_id)
@@ -117,7 +123,7 @@ def replay(run: Run, config: Path | None = None) -> Replayed:
             options = {"effect": "read"} if name.endswith(DYNAMIC_SUFFIX) else declaration(call)
             # recorded results return at once: no attempt thread (a --config timeout still applies)
             gov.register(name, tool, **{"timeout": None, **options})
-        current["value"] = "Error: " + call.result if call.error else call.result
+        current["value"], current["error"] = call.result, call.error
         identity = _identity(name, args)
         before = previous.get(identity)
         previous[identity] = call.result_id
