@@ -273,3 +273,9 @@ def test_otel_values_of_every_kind_and_error_status_are_read(tmp_path: Path) -> 
     (call,) = run.calls
     assert run.run_id == "conv" and call.tool == "lookup"  # the tool named by the span name
     assert call.args == {"n": 3, "tags": [True]} and call.result == "1.5" and call.error
+
+
+def test_a_damaged_trace_in_a_directory_is_an_error_not_a_skipped_file(tmp_path: Path) -> None:
+    (tmp_path / "cut.calls.jsonl.gz").write_bytes(gzip.compress(b'{"run_id": "a", "to')[:30])
+    _, problems = _split(list(read_all([tmp_path])))
+    assert [(Path(p.path).name, p.skipped) for p in problems] == [("cut.calls.jsonl.gz", False)]

@@ -88,14 +88,16 @@ def detect(path: Path) -> tuple[str, bool] | None:
 
 def read(path: Path, fmt: str = "auto", *, listed: bool = False) -> Iterator[Run | Problem]:
     """The runs in one file (and the Problems met on the way). A file found in a
-    directory (``listed``) that is no trace (a README) is skipped with a note."""
+    directory (``listed``) that is no trace (a README) is skipped with a note, unless it
+    is named like line data (``.jsonl``, ``.gz``): then it is a damaged trace."""
     if not path.exists():
         yield Problem(str(path), 0, "no such file or directory")
         return
     found = detect(path)
     if fmt == "auto":
         if found is None:
-            yield Problem(str(path), 0, "not a recognised trace format (use --format)", listed)
+            skip = listed and not path.name.endswith((".jsonl", ".gz"))
+            yield Problem(str(path), 0, "not a recognised trace format (use --format)", skip)
             return
         fmt = found[0]
     jsonl = found[1] if found is not None else path.name.endswith((".jsonl", ".jsonl.gz"))
