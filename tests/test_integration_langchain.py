@@ -4,10 +4,14 @@ graph's ToolNode), driven by a scripted fake chat model that emits tool calls.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import itertools
+import re
 import threading
 import time
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -362,3 +366,14 @@ def test_a_tool_node_without_a_session_says_how_to_give_one() -> None:
 def test_on_stop_must_be_end_or_raise() -> None:
     with pytest.raises(ValueError, match="on_stop"):
         HeadwayMiddleware(headway.Governor(), on_stop="ignore")
+
+
+def test_the_docs_example_runs_and_prints_what_the_docs_say() -> None:
+    text = (Path(__file__).resolve().parents[1] / "docs" / "integrations.md").read_text("utf-8")
+    section = text.split("## LangChain and LangGraph", 1)[1].split("\n## ", 1)[0]
+    (code,) = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+    (printed,) = re.findall(r"```text\n(.*?)```", section, re.DOTALL)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, "docs/integrations.md", "exec"), {})
+    assert out.getvalue() == printed
