@@ -364,7 +364,7 @@ def test_a_tool_node_without_a_session_says_how_to_give_one() -> None:
 
 
 def test_on_stop_must_be_end_or_raise() -> None:
-    with pytest.raises(ValueError, match="on_stop"):
+    with pytest.raises(headway.ConfigError, match="on_stop"):
         HeadwayMiddleware(headway.Governor(), on_stop="ignore")
 
 

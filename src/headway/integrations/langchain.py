@@ -3,8 +3,10 @@ middleware=[...])``, and ``governed_tool_node(gov, tools)`` for a custom graph's
 
 Each tool call goes through ``session.call``/``acall`` with the framework's own handler as
 its runner. The session is the state's ``headway_session``, else the thread id, else (the
-middleware only) a fresh id per ``invoke()``. A stop ends the run: the middleware jumps to
-"end" with the diagnostic in ``state["headway_stop"]``, or raises it (``on_stop="raise"``).
+middleware only) a fresh id per ``invoke()``. A stop ends the run: the middleware answers
+the next model call itself with a final AI message (the model is not asked) and puts the
+diagnostic in ``state["headway_stop"]``, or raises it (``on_stop="raise"``). Everything
+happens in ``wrap_model_call`` / ``wrap_tool_call``: no extra graph step per turn.
 """
 
 from __future__ import annotations
@@ -18,27 +20,32 @@ from ._common import declare, require, step_of
 
 require("langchain.agents", "langchain")
 
-from langchain.agents.middleware import AgentMiddleware, AgentState, hook_config  # noqa: E402
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage  # noqa: E402
+from langchain.agents.middleware import (  # noqa: E402
+    AgentMiddleware,
+    AgentState,
+    ExtendedModelResponse,
+    ModelCallResult,
+    ModelRequest,
+    ModelResponse,
+)
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage  # noqa: E402
 from langgraph.config import get_config  # noqa: E402
 from langgraph.prebuilt import ToolNode  # noqa: E402
+from langgraph.types import Command  # noqa: E402
 
-from ..errors import Stop  # noqa: E402
+from ..errors import ConfigError, Stop  # noqa: E402
 from ..outcome import CACHED, ERROR, EXECUTED, REPLAYED, Outcome  # noqa: E402
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
     from langchain_core.tools import BaseTool
     from langgraph.prebuilt.tool_node import ToolCallRequest
-    from langgraph.runtime import Runtime
-    from langgraph.types import Command
 
     from .._session import Governor, Session
 
 __all__ = ["HeadwayMiddleware", "HeadwayState", "governed_tool_node"]
 
 _HINTS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
-Handler = Callable[["ToolCallRequest"], Any]
 
 
 class HeadwayState(AgentState[Any]):
@@ -67,58 +74,84 @@ class HeadwayMiddleware(AgentMiddleware[HeadwayState, Any]):
         idempotency_key: Callable[[ToolCallRequest], str | None] | None = None,
     ) -> None:
         if on_stop not in ("end", "raise"):
-            raise ValueError(f"on_stop must be 'end' or 'raise', not {on_stop!r}")
+            raise ConfigError(f"on_stop must be 'end' or 'raise', not {on_stop!r}")
         super().__init__()
         self.gov = gov
         self.on_stop = on_stop
         self.key_of = idempotency_key
         self.tools: Sequence[BaseTool] = []
 
-    # -- the run: session, user turns, model turns, the end on a stop ------------------
+    # -- model calls: the session, user turns, model turns, the end on a stop ---------
+    # (inside the model node, so headway adds no graph step to the agent loop)
 
-    def before_agent(self, state: HeadwayState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        """A new ``invoke()``: name the session; a new human message is a new user turn."""
-        sid = state.get("headway_session") or _thread_of(get_config()) or uuid.uuid4().hex
-        messages = state["messages"]
-        if messages and isinstance(messages[-1], HumanMessage):
-            self.gov.session(sid).user_turn()
-        return None if state.get("headway_session") == sid else {"headway_session": sid}
+    def wrap_model_call(
+        self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], ModelResponse]
+    ) -> ModelCallResult:
+        begun = self._before_model(request)
+        if isinstance(begun, ExtendedModelResponse):
+            return begun
+        return self._after_model(*begun, handler(request))
 
-    @hook_config(can_jump_to=["end"])
-    def before_model(self, state: HeadwayState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        """A tool call of the last turn was stopped: end before asking the model again."""
-        for message in reversed(state["messages"]):
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse]],
+    ) -> ModelCallResult:
+        begun = self._before_model(request)
+        if isinstance(begun, ExtendedModelResponse):
+            return begun
+        return self._after_model(*begun, await handler(request))
+
+    def _before_model(
+        self, request: ModelRequest[Any]
+    ) -> tuple[Session, dict[str, Any]] | ExtendedModelResponse[Any]:
+        """Name the session; a new human message is a new user turn; a stopped session (a
+        tool call of the last turn was stopped, or an earlier run) ends the run here,
+        before the model is asked again."""
+        state = request.state
+        sid = state.get("headway_session") or _thread_of(get_config())
+        update: dict[str, Any] = {}
+        if not sid:  # no thread: this invoke() is its own session, named in the state
+            sid = update["headway_session"] = uuid.uuid4().hex
+        session = self.gov.session(str(sid))
+        messages = request.messages
+        for message in reversed(messages):
             if not isinstance(message, ToolMessage):
-                return None
-            stop = (
-                message.artifact.get("headway_stop") if isinstance(message.artifact, dict) else None
-            )
-            if stop is not None:
-                return {
-                    "jump_to": "end",
-                    "headway_stop": stop,
-                    "messages": [AIMessage(_said(stop))],
-                }
-        return None
+                break
+            artifact = message.artifact
+            if isinstance(artifact, dict) and "headway_stop" in artifact:
+                return self._end(Stop(artifact["headway_stop"]), update)
+        if messages and isinstance(messages[-1], HumanMessage):
+            session.user_turn()
+        if session.stopped:
+            try:
+                session.record_turn()  # raises the session's stop
+            except Stop as stop:
+                return self._end(stop, update)
+        return session, update
 
-    @hook_config(can_jump_to=["end"])
-    def after_model(self, state: HeadwayState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        """Report the model turn (turn and token budgets); a stopped session ends here."""
-        last = state["messages"][-1]
-        usage = getattr(last, "usage_metadata", None) or {}
+    def _after_model(
+        self, session: Session, update: dict[str, Any], response: ModelResponse
+    ) -> ModelCallResult:
+        """Report the model turn with its tokens (turn and token budgets)."""
+        usage = getattr(response.result[-1], "usage_metadata", None) if response.result else None
         try:
-            self._session(state, get_config()).record_turn(tokens=int(usage.get("total_tokens", 0)))
+            session.record_turn(tokens=int((usage or {}).get("total_tokens", 0)))
         except Stop as stop:
-            if self.on_stop == "raise":
-                raise
-            calls = getattr(last, "tool_calls", None) or []
-            answers: list[AnyMessage] = [_stopped(c, stop) for c in calls]  # none left dangling
-            return {
-                "jump_to": "end",
-                "headway_stop": stop.diagnostic,
-                "messages": [*answers, AIMessage(_said(stop.diagnostic))],
-            }
-        return None
+            return self._end(stop, update)
+        if update:
+            return ExtendedModelResponse(model_response=response, command=Command(update=update))
+        return response
+
+    def _end(self, stop: Stop, update: dict[str, Any]) -> ExtendedModelResponse[Any]:
+        """The run ends as LangChain's limit middleware ends one: a last AI message (with
+        no tool calls) saying why, and the diagnostic in ``state["headway_stop"]``."""
+        if self.on_stop == "raise":
+            raise stop
+        return ExtendedModelResponse(
+            model_response=ModelResponse(result=[AIMessage(_said(stop.diagnostic))]),
+            command=Command(update={**update, "headway_stop": stop.diagnostic}),
+        )
 
     # -- tool calls ------------------------------------------------------------------
 
