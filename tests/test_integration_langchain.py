@@ -377,3 +377,37 @@ def test_the_docs_example_runs_and_prints_what_the_docs_say() -> None:
     with contextlib.redirect_stdout(out):
         exec(compile(code, "docs/integrations.md", "exec"), {})
     assert out.getvalue() == printed
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_model_turns_count_against_the_turn_budget_and_a_stopped_thread_stays_ended(
+    mode: str,
+) -> None:
+    gov = headway.Governor()
+    gov.register("search", None, effect="read")
+    asked: list[int] = []
+
+    def turns() -> Iterator[AIMessage]:
+        for n in itertools.count(1):
+            asked.append(n)
+            yield AIMessage("", tool_calls=[{"name": "search", "args": {"page": n}, "id": f"s{n}"}])
+
+    @tool
+    def search(page: int) -> str:
+        """Search results."""
+        return f"page {page}: new listings of anvils, number {page * 7919} in the catalogue"
+
+    gov.session("budget-1", budgets=headway.Budgets(turns=2))  # budgets: open the session first
+    agent = create_agent(
+        ScriptedModel(messages=turns()),
+        [search],
+        middleware=[HeadwayMiddleware(gov)],
+        checkpointer=InMemorySaver(),
+    )
+    config = {"configurable": {"thread_id": "budget-1"}}
+    result = run(agent, mode, config=config)
+    assert result["headway_stop"]["budget_type"] == "turns"
+    assert len(asked) == 2  # the third model call was answered by headway, not the model
+    again = run(agent, mode, "try again", config)
+    assert len(asked) == 2 and again["headway_stop"]["budget_type"] == "turns"
+    assert "headway stopped this run" in again["messages"][-1].content
