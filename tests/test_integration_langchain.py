@@ -359,7 +359,7 @@ def test_a_tool_node_without_a_session_says_how_to_give_one() -> None:
     graph.add_edge(START, "tools")
     graph.add_edge("tools", END)
     call = AIMessage("", tool_calls=[{"name": "search", "args": {"page": 1}, "id": "x"}])
-    with pytest.raises(ValueError, match="thread_id"):
+    with pytest.raises(headway.ConfigError, match="thread_id"):
         graph.compile().invoke({"messages": [call]})
 
 

@@ -211,7 +211,7 @@ class HeadwayMiddleware(AgentMiddleware[HeadwayState, Any]):
     def _session(self, state: Mapping[str, Any], config: RunnableConfig | None) -> Session:
         sid = state.get("headway_session") or _thread_of(config)
         if not sid:
-            raise ValueError(
+            raise ConfigError(
                 "headway needs a session for this run: give the graph a thread id "
                 '(config={"configurable": {"thread_id": ...}}) or a "headway_session" state key'
             )
