@@ -411,3 +411,38 @@ def test_model_turns_count_against_the_turn_budget_and_a_stopped_thread_stays_en
     again = run(agent, mode, "try again", config)
     assert len(asked) == 2 and again["headway_stop"]["budget_type"] == "turns"
     assert "headway stopped this run" in again["messages"][-1].content
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_interrupt_inside_a_tool_passes_through_and_the_resumed_call_runs_once(
+    mode: str,
+) -> None:
+    from langgraph.types import Command, interrupt
+
+    gov = headway.Governor()
+    refunds: list[int] = []
+
+    @tool
+    def refund(amount: int) -> str:
+        """Refund a payment, after a human approves."""
+        if interrupt(f"refund {amount}?") != "yes":
+            return "refund declined"
+        refunds.append(amount)
+        return f"refunded {amount}"
+
+    agent = create_agent(
+        ScriptedModel(messages=calls(("refund", {"amount": 30}))),
+        [refund],
+        middleware=[HeadwayMiddleware(gov)],
+        checkpointer=InMemorySaver(),
+    )
+    config = {"configurable": {"thread_id": "refund-1"}}
+    paused = run(agent, mode, config=config)
+    assert paused["__interrupt__"][0].value == "refund 30?" and refunds == []
+    resume = Command(resume="yes")
+    if mode == "sync":
+        done = agent.invoke(resume, config)
+    else:
+        done = asyncio.run(agent.ainvoke(resume, config))
+    assert refunds == [30]
+    assert tool_messages(done)[-1].content == "refunded 30"
