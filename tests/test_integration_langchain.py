@@ -448,3 +448,24 @@ def test_an_interrupt_inside_a_tool_passes_through_and_the_resumed_call_runs_onc
         done = asyncio.run(graph.ainvoke(resume, config))
     assert refunds == [30]
     assert tool_messages(done)[-1].content == "refunded 30"
+
+
+def test_an_explicit_registration_wins_over_the_tools_mcp_annotations() -> None:
+    gov = headway.Governor()
+    gov.register("lookup", None, effect="write")  # the operator knows better than the server
+    runs: list[int] = []
+
+    def lookup(q: str) -> str:
+        """Lookup."""
+        runs.append(1)
+        return OVERVIEW
+
+    lc_tool = StructuredTool.from_function(
+        lookup, metadata={"readOnlyHint": True, "openWorldHint": False}
+    )
+    model = ScriptedModel(messages=calls(*[("lookup", {"q": "a"})] * 2))
+    agent = create_agent(model, [lc_tool], middleware=[HeadwayMiddleware(gov)])
+    run(agent, "sync")
+    assert len(runs) == 2  # a write: never served from a cache
+    spec = gov.spec("lookup")
+    assert spec is not None and spec.effect == "write"
