@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import itertools
 import os
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -320,3 +324,14 @@ def test_a_stop_inside_an_mcp_call_ends_the_run() -> None:
         run(mcp_agent(server, gov, model))
     assert caught.value.diagnostic["terminated_by"] == "no_progress"
     assert len(server.calls) < 15
+
+
+@pytest.mark.usefixtures("thread_loop")
+def test_the_documented_example_runs() -> None:
+    text = (Path(__file__).resolve().parents[1] / "docs" / "integrations.md").read_text("utf-8")
+    section = text.split("## OpenAI Agents SDK", 1)[1].split("\n## ", 1)[0]
+    (block,) = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(block, "docs/integrations.md", "exec"), {})
+    assert out.getvalue().splitlines() == ["Light rain in Paris.", "['executed', 'cached']"]

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
+import io
 import os
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -245,3 +249,16 @@ def test_an_exception_a_tool_raises_is_a_failed_result_the_model_reads() -> None
 
     parts = returns(agent.run_sync("go"))
     assert parts[0].outcome == "failed" and "database is down" in parts[0].model_response_str()
+
+
+def test_the_documented_example_runs() -> None:
+    text = (Path(__file__).resolve().parents[1] / "docs" / "integrations.md").read_text("utf-8")
+    section = text.split("## Pydantic AI", 1)[1].split("\n## ", 1)[0]
+    (block,) = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(block, "docs/integrations.md", "exec"), {})
+    assert out.getvalue().splitlines() == [
+        "Order 7 has shipped.",
+        "['executed', 'cached', 'corrected']",
+    ]
