@@ -59,16 +59,20 @@ class HeadwayCapability(AbstractCapability[Any]):
     """Governs every tool call of the agent it is given to."""
 
     gov: Governor
-    _runs: dict[str, str] = field(default_factory=dict, init=False, repr=False)
+    _runs: dict[str, tuple[str | None, Session]] = field(
+        default_factory=dict, init=False, repr=False
+    )
 
     def _session(self, ctx: RunContext[Any]) -> Session:
         sid = ctx.conversation_id or ctx.run_id or "pydantic-ai"
-        session = self.gov.session(sid)
-        if self._runs.get(sid) != ctx.run_id:  # a new run of the conversation: a new user input
-            self._runs[sid] = ctx.run_id or ""
-            session.user_turn()
-            while len(self._runs) > 10_000:
-                self._runs.pop(next(iter(self._runs)))
+        known = self._runs.get(sid)
+        if known is not None and known[0] == ctx.run_id:
+            return known[1]
+        session = self.gov.session(sid)  # a new run of the conversation: a new user input
+        session.user_turn()
+        self._runs[sid] = (ctx.run_id, session)
+        while len(self._runs) > 10_000:
+            self._runs.pop(next(iter(self._runs)))
         return session
 
     async def wrap_tool_execute(
