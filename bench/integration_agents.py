@@ -8,7 +8,9 @@ CALLS tool calls, then answers. A pass-through wrapper (one more await around th
 least any wrapper costs) separates the cost of wrapping from headway's own. Two shapes: all calls in one model turn (tool calls
 dominate the run: the harshest comparison) and one call per turn (the usual loop). The tool
 is a dynamic read with new arguments every call, so every governed call runs the tool
-(the executed path: no cache hit). Prints microseconds per tool call and the ratio.
+(the executed path: no cache hit). Prints CPU microseconds per tool call and the ratio:
+CPU time (of this process, threads included) rather than wall time, because on a shared
+machine the wall time of one run depends mostly on what the other processes do.
 """
 
 from __future__ import annotations
@@ -115,15 +117,15 @@ async def best_per_call(runs: dict[str, Callable[[int], Awaitable[Any]]], rounds
     best = dict.fromkeys(runs, float("inf"))
     for r in range(rounds):
         for name, run in runs.items():  # interleaved: the machine's noise hits both alike
-            start = time.perf_counter()
+            start = time.process_time()
             await run(r)
-            best[name] = min(best[name], (time.perf_counter() - start) / CALLS * 1e6)
+            best[name] = min(best[name], (time.process_time() - start) / CALLS * 1e6)
     return best
 
 
 async def main() -> None:
     rounds = 15 if "--quick" in sys.argv else 60
-    print(f"{CALLS} tool calls per run, best of {rounds} runs; µs per tool call\n")
+    print(f"{CALLS} tool calls per run, best of {rounds} runs; CPU µs per tool call\n")
     print(
         "| framework | calls per model turn | plain | pass-through wrapper | with headway | added | ratio |"
     )

@@ -105,6 +105,7 @@ def _govern(gov: Governor, tool: FunctionTool) -> FunctionTool:
             return await invoke(ctx, raw)
 
         async def run(**_: Any) -> Any:
+            setattr(ctx, _SDK_FAILURE, False)  # this attempt's own mark, not an earlier one's
             result = await invoke(ctx, raw)
             if getattr(ctx, _SDK_FAILURE, False) and isinstance(result, str):
                 return f"Error: {result}"  # an exception the SDK turned into text: an ERROR
