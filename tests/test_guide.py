@@ -37,6 +37,7 @@ def prelude() -> dict[str, Any]:
         "charge": charge,
         "payments": payments,
         "fn": lambda **kw: {"quote": 1},
+        "framework_call": lambda args: f"the framework ran web_search with {args}",
     }
 
 

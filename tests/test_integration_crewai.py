@@ -26,7 +26,7 @@ from pydantic import Field
 from headway.integrations.crewai import governed_tool
 
 # CrewAI's own deprecation warnings, raised inside its Agent and Crew constructors
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:crewai")
+pytestmark = [pytest.mark.crewai, pytest.mark.filterwarnings("ignore::DeprecationWarning:crewai")]
 
 
 class Scripted(BaseLLM):

@@ -131,7 +131,9 @@ def drive_sync(plan: Plan[T], sleep: Callable[[float], None] = time.sleep) -> T:
 async def _attempt_async(e: Attempt) -> Any:
     if e.is_async:
         try:
-            return await asyncio.wait_for(e.fn(**e.kwargs), e.timeout)  # cancelled on timeout
+            # cancelled on timeout; asyncio.timeout, unlike wait_for, makes no task per call
+            async with asyncio.timeout(e.timeout):
+                return await e.fn(**e.kwargs)
         except TimeoutError:
             raise AttemptTimeout(e.timeout or 0.0) from None
     # a sync tool must not block the event loop: it runs in a thread, abandoned on timeout

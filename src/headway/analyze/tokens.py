@@ -1,5 +1,6 @@
-"""Token estimates for tool results: ``tiktoken`` (cl100k_base) when it is installed, else
-one token per 4 characters (the usual rule of thumb for English text and code)."""
+"""Token estimates for tool results: ``tiktoken`` (cl100k_base) when it is installed
+(``pip install 'headway[analyze]'``) and its encoding can be loaded, else one token per 4
+characters (the usual rule of thumb for English text and code)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,222 @@
+"""headway in the OpenAI Agents SDK: governed ``FunctionTool``s and MCP servers.
+
+``govern_tools(gov, tools)`` wraps each tool's ``on_invoke_tool``; ``GovernedMCPServer``
+wraps an MCP server's ``call_tool``. One session per run: ``run_id`` on the context passed
+to ``Runner.run(context=...)`` (an attribute or a mapping key) names it, and every new
+``Runner.run`` on it is a new user input (``user_turn()``); without one, each
+``Runner.run`` is a session of its own. A stop ends the run by raising ``HeadwayStop``, an
+``AgentsException`` (the SDK lets it through unchanged) that is also a ``headway.Stop``.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import copy
+import inspect
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .._session import Governor, Session
+from ..errors import BudgetExceeded, LoopDetected, Stop
+from ..outcome import Outcome, Status
+from ._common import declare, require, step_of
+
+require("agents", "openai-agents")
+
+from agents import FunctionTool  # noqa: E402
+from agents.exceptions import AgentsException  # noqa: E402
+from agents.mcp import MCPServer  # noqa: E402
+from agents.tool import default_tool_error_function  # noqa: E402
+from agents.tool_context import ToolContext  # noqa: E402
+from mcp.types import CallToolResult, TextContent  # noqa: E402
+
+__all__ = ["BudgetStopped", "GovernedMCPServer", "HeadwayStop", "LoopStopped", "govern_tools"]
+
+
+class HeadwayStop(Stop, AgentsException):
+    """headway stopped the run: raised out of ``Runner.run``; ``diagnostic`` says why."""
+
+
+class LoopStopped(HeadwayStop, LoopDetected):
+    """The run made no progress for its no-progress limit."""
+
+
+class BudgetStopped(HeadwayStop, BudgetExceeded):
+    """The run exhausted one of its budgets."""
+
+
+def _native(stop: Stop) -> HeadwayStop:
+    if isinstance(stop, HeadwayStop):
+        return stop
+    cls = BudgetStopped if isinstance(stop, BudgetExceeded) else LoopStopped
+    return cls(stop.diagnostic)
+
+
+_RUN = "_headway_session"  # set on the run's Usage object: one per Runner.run, shared by its tools
+# The SDK marks a tool context whose result its default formatter made from an exception.
+_SDK_FAILURE = "_function_tool_default_failure_handled"
+
+
+def _session(gov: Governor, ctx: ToolContext[Any]) -> Session:
+    """The session of the run this tool call belongs to (see the module docstring)."""
+    session: Session | None = getattr(ctx.usage, _RUN, None)
+    if session is None:
+        context = ctx.context
+        run_id = (
+            context.get("run_id")
+            if isinstance(context, Mapping)
+            else getattr(context, "run_id", None)
+        )
+        session = gov.session(str(run_id) if run_id is not None else f"run-{uuid.uuid4().hex}")
+        if run_id is not None:
+            session.user_turn()  # a new Runner.run on a named session: a new user input
+        setattr(ctx.usage, _RUN, session)
+    return session
+
+
+def _arguments(raw: str) -> dict[str, Any] | None:
+    try:
+        args = json.loads(raw) if raw else {}
+    except ValueError:
+        return None
+    return args if isinstance(args, dict) else None
+
+
+async def _govern_call(
+    gov: Governor, name: str, ctx: ToolContext[Any], args: Mapping[str, Any], run: Any
+) -> Outcome:
+    session = _session(gov, ctx)
+    try:
+        return await session.acall(name, args, run=run, step_id=step_of(ctx.tool_call_id))
+    except Stop as stop:
+        raise _native(stop) from stop
+
+
+def _govern(gov: Governor, tool: FunctionTool) -> FunctionTool:
+    annotations = tool.mcp_annotations
+    declare(gov, tool.name, annotations.model_dump(exclude_none=True) if annotations else None)
+    invoke = tool.on_invoke_tool
+
+    async def on_invoke_tool(ctx: ToolContext[Any], raw: str) -> Any:
+        args = _arguments(raw)
+        if args is None:  # malformed arguments: the SDK reports them its own way
+            return await invoke(ctx, raw)
+
+        async def run(**_: Any) -> Any:
+            setattr(ctx, _SDK_FAILURE, False)  # this attempt's own mark, not an earlier one's
+            result = await invoke(ctx, raw)
+            if getattr(ctx, _SDK_FAILURE, False) and isinstance(result, str):
+                return f"Error: {result}"  # an exception the SDK turned into text: an ERROR
+            return result
+
+        out = await _govern_call(gov, tool.name, ctx, args, run)
+        if out.status is Status.EXECUTED and out.correction is None:
+            return out.value  # the tool's own output, structured outputs included
+        return out.to_model()
+
+    governed = copy.copy(tool)
+    governed.on_invoke_tool = on_invoke_tool
+    return governed
+
+
+def govern_tools(gov: Governor, tools: Sequence[FunctionTool]) -> list[FunctionTool]:
+    """Governed copies of ``tools`` for ``Agent(tools=...)``. A tool's spec is the one
+    registered under its name, else its MCP annotations, else an unkeyed write."""
+    bad = [t for t in tools if not isinstance(t, FunctionTool)]
+    if bad:
+        raise TypeError(
+            f"govern_tools takes FunctionTools (@function_tool); got {type(bad[0]).__name__}: "
+            "hosted tools run on OpenAI's side and cannot be governed here"
+        )
+    return [_govern(gov, t) for t in tools]
+
+
+_CALL: contextvars.ContextVar[ToolContext[Any] | None] = contextvars.ContextVar(
+    "headway_mcp_call", default=None
+)
+
+
+class GovernedMCPServer(MCPServer):
+    """An MCP server whose ``call_tool`` goes through headway; pass it to
+    ``Agent(mcp_servers=[...])`` in place of the server it wraps."""
+
+    def __init__(self, server: MCPServer, gov: Governor) -> None:
+        super().__init__(
+            use_structured_content=server.use_structured_content,
+            failure_error_function=self._failure,
+            tool_meta_resolver=self._resolve_meta,
+            custom_data_extractor=server.custom_data_extractor,
+            tool_input_guardrails=server.tool_input_guardrails,
+            tool_output_guardrails=server.tool_output_guardrails,
+        )
+        self._needs_approval_policy = server._needs_approval_policy
+        self.server = server
+        self.gov = gov
+        self._inner_failure = server._get_failure_error_function(default_tool_error_function)
+
+    @property
+    def name(self) -> str:
+        return self.server.name
+
+    async def connect(self) -> None:
+        await self.server.connect()  # type: ignore[no-untyped-call]
+
+    async def cleanup(self) -> None:
+        await self.server.cleanup()  # type: ignore[no-untyped-call]
+
+    async def list_tools(self, run_context: Any = None, agent: Any = None) -> Any:
+        tools = await self.server.list_tools(run_context, agent)
+        for tool in tools:
+            ann = tool.annotations
+            declare(self.gov, tool.name, ann.model_dump(exclude_none=True) if ann else None)
+        return tools
+
+    async def list_prompts(self) -> Any:
+        return await self.server.list_prompts()
+
+    async def get_prompt(self, name: str, arguments: dict[str, Any] | None = None) -> Any:
+        return await self.server.get_prompt(name, arguments)
+
+    @property
+    def cached_tools(self) -> Any:
+        return self.server.cached_tools
+
+    async def _resolve_meta(self, meta_context: Any) -> dict[str, Any] | None:
+        # The SDK calls this in the tool call's task just before call_tool, which runs in a
+        # task created from it: the context variable carries the call's context across.
+        _CALL.set(meta_context.run_context)
+        resolver = self.server.tool_meta_resolver
+        meta = resolver(meta_context) if resolver is not None else None
+        return await meta if inspect.isawaitable(meta) else meta
+
+    def _failure(self, ctx: Any, error: Exception) -> Any:
+        cause: BaseException | None = error
+        while cause is not None:  # the SDK wraps what call_tool raises; a stop ends the run
+            if isinstance(cause, HeadwayStop):
+                raise cause
+            cause = cause.__cause__
+        if self._inner_failure is None:
+            raise error
+        return self._inner_failure(ctx, error)
+
+    async def call_tool(
+        self, tool_name: str, arguments: dict[str, Any] | None, meta: dict[str, Any] | None = None
+    ) -> CallToolResult:
+        ctx = _CALL.get()
+        if ctx is None or not isinstance(ctx, ToolContext):  # called outside an agent run
+            return await self.server.call_tool(tool_name, arguments, meta)
+
+        async def run(**args: Any) -> Any:
+            result = await self.server.call_tool(tool_name, args, meta)
+            return result.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+        declare(self.gov, tool_name)
+        out = await _govern_call(self.gov, tool_name, ctx, arguments or {}, run)
+        if out.status is Status.EXECUTED and out.correction is None:
+            return CallToolResult.model_validate(out.value)
+        text = TextContent(type="text", text=out.to_model())
+        return CallToolResult.model_validate(
+            {"content": [text], "isError": out.status is Status.ERROR}
+        )

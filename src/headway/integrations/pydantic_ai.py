@@ -1,0 +1,121 @@
+"""headway in Pydantic AI: ``Agent(..., capabilities=[HeadwayCapability(gov)])``.
+
+Every tool call goes through ``wrap_tool_execute``. One session per conversation
+(``RunContext.conversation_id``: pass ``conversation_id=`` or continue a
+``message_history``); each new run in it (a new ``run_id``) is a new user input
+(``user_turn()``). A correction goes back as a ``ModelRetry`` prompt while the tool has
+retries left, else as ``ToolFailed`` (the same text, no retry consumed), so a correction
+never exhausts a tool's retries and crashes the run. A stop raises ``HeadwayStop``, an
+``AgentRunError`` that is also a ``headway.Stop``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._session import Governor, Session
+from ..errors import BudgetExceeded, LoopDetected, Stop
+from ..outcome import Status
+from ._common import declare, require, step_of
+
+require("pydantic_ai", "pydantic-ai")
+
+from pydantic_ai import RunContext  # noqa: E402
+from pydantic_ai.capabilities import AbstractCapability  # noqa: E402
+from pydantic_ai.capabilities.abstract import WrapToolExecuteHandler  # noqa: E402
+from pydantic_ai.exceptions import (  # noqa: E402
+    AgentRunError,
+    ModelRetry,
+    ToolFailed,
+    ToolFailedError,
+    ToolRetryError,
+)
+from pydantic_ai.messages import ToolCallPart  # noqa: E402
+from pydantic_ai.tools import ToolDefinition  # noqa: E402
+
+__all__ = ["BudgetStopped", "HeadwayCapability", "HeadwayStop", "LoopStopped"]
+
+
+class HeadwayStop(Stop, AgentRunError):  # noqa: N818 - a verdict, like headway.Stop
+    """headway stopped the run: raised out of ``agent.run``; ``diagnostic`` says why."""
+
+
+class LoopStopped(HeadwayStop, LoopDetected):
+    """The run made no progress for its no-progress limit."""
+
+
+class BudgetStopped(HeadwayStop, BudgetExceeded):
+    """The run exhausted one of its budgets."""
+
+
+_ERROR = "Error: "
+# How a Pydantic AI tool answers a failure: a retry prompt or a failed result for the model.
+_TOOL_ERRORS = (ModelRetry, ToolFailed, ToolRetryError, ToolFailedError)
+
+
+@dataclass
+class HeadwayCapability(AbstractCapability[Any]):
+    """Governs every tool call of the agent it is given to."""
+
+    gov: Governor
+    _runs: dict[str, tuple[str | None, Session]] = field(
+        default_factory=dict, init=False, repr=False
+    )
+
+    def _session(self, ctx: RunContext[Any]) -> Session:
+        sid = ctx.conversation_id or ctx.run_id or "pydantic-ai"
+        known = self._runs.get(sid)
+        if known is not None and known[0] == ctx.run_id:
+            return known[1]
+        session = self.gov.session(sid)  # a new run of the conversation: a new user input
+        session.user_turn()
+        self._runs[sid] = (ctx.run_id, session)
+        while len(self._runs) > 10_000:
+            self._runs.pop(next(iter(self._runs)))
+        return session
+
+    async def wrap_tool_execute(
+        self,
+        ctx: RunContext[Any],
+        *,
+        call: ToolCallPart,
+        tool_def: ToolDefinition,
+        args: dict[str, Any],
+        handler: WrapToolExecuteHandler,
+    ) -> Any:
+        name = tool_def.name
+        declare(self.gov, name, (tool_def.metadata or {}).get("annotations"))
+        failures: list[Exception] = []
+
+        async def run(**kwargs: Any) -> Any:
+            try:
+                return await handler(kwargs)
+            except _TOOL_ERRORS as exc:  # the tool's own error message to the model
+                failures.append(exc)
+                return _ERROR + str(exc)
+
+        try:
+            out = await self._session(ctx).acall(
+                name, args, run=run, step_id=step_of(call.tool_call_id)
+            )
+        except Stop as stop:
+            cls = BudgetStopped if isinstance(stop, BudgetExceeded) else LoopStopped
+            raise cls(stop.diagnostic) from stop
+        if out.status is Status.EXECUTED and out.correction is None:
+            return out.value
+        text = out.to_model()
+        if out.status is Status.ERROR and failures:  # the tool's retry prompt or failure, kept
+            failure = failures[-1]
+            if out.correction is None:
+                raise failure
+            text = text.removeprefix(_ERROR)
+            if isinstance(failure, ToolFailed | ToolFailedError):
+                raise ToolFailed(text)
+        if out.status is Status.CORRECTED or failures:
+            if ctx.retries.get(call.tool_name, 0) < ctx.max_retries:
+                raise ModelRetry(text)
+            raise ToolFailed(text)  # no retries left: a failed result, not a crash
+        if out.status is Status.ERROR and (out.error or {}).get("code") != "error_result":
+            raise ToolFailed(text)  # the tool raised (or could not run): a failed result
+        return text

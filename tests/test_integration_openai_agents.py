@@ -1,0 +1,337 @@
+"""headway inside the OpenAI Agents SDK's own agent loop, driven by its ScriptedModel."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import itertools
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+try:
+    import agents
+    import mcp.types as mcp_types
+    from agents import Agent, Runner, function_tool
+    from agents.items import ToolCallOutputItem
+    from agents.testing import ScriptedModel, assistant_message, function_call
+except ImportError:
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        raise
+    pytest.skip(
+        "the OpenAI Agents SDK is not installed: pip install 'headway[openai-agents]'",
+        allow_module_level=True,
+    )
+
+import headway
+from headway.integrations.openai_agents import (
+    GovernedMCPServer,
+    HeadwayStop,
+    LoopStopped,
+    govern_tools,
+)
+
+agents.set_tracing_disabled(True)
+_ids = itertools.count()
+
+
+def turns(*calls: tuple[str, dict[str, Any]], call_ids: list[str] | None = None) -> ScriptedModel:
+    """A model that makes one tool call per turn, then answers "done"."""
+    ids = call_ids or [f"call-{next(_ids)}" for _ in calls]
+    steps: list[Any] = [
+        [function_call(name, args, call_id=cid)]
+        for (name, args), cid in zip(calls, ids, strict=True)
+    ]
+    return ScriptedModel([*steps, [assistant_message("done")]])
+
+
+def outputs(result: Any) -> list[Any]:
+    """What the model read back from each tool call (an MCP text result is a text item)."""
+    items = [i.output for i in result.new_items if isinstance(i, ToolCallOutputItem)]
+    return [o["text"] if isinstance(o, dict) else o for o in items]
+
+
+def run(agent: Agent[Any], context: Any = None) -> Any:
+    return asyncio.run(Runner.run(agent, "go", context=context, max_turns=30))
+
+
+def test_a_deterministic_read_repeated_runs_once_then_the_model_reads_a_correction() -> None:
+    gov = headway.Governor()
+    gov.register("get_company", None, effect="read", deterministic=True)
+    ran: list[str] = []
+
+    @function_tool
+    def get_company(ticker: str) -> str:
+        ran.append(ticker)
+        return f"{ticker}: Acme Corp, 120 employees"
+
+    model = turns(*[("get_company", {"ticker": "ACME"})] * 3)
+    agent = Agent(name="a", model=model, tools=govern_tools(gov, [get_company]))
+    out = outputs(run(agent))
+    assert ran == ["ACME"]  # the 2nd came from the cache, the 3rd was not run
+    assert out[0] == "ACME: Acme Corp, 120 employees"
+    assert "stored result" in out[1]
+    assert "3 times with identical arguments" in out[2] and "Acme Corp" in out[2]
+
+
+def test_polling_a_changing_status_is_never_corrected_or_stopped() -> None:
+    gov = headway.Governor()
+    gov.register("job_status", None, effect="read", poll=True)
+    states = iter(["queued"] * 3 + ["running"] * 6 + ["done"])
+
+    @function_tool
+    def job_status(job: str) -> str:
+        return f"job {job}: {next(states)}"
+
+    model = turns(*[("job_status", {"job": "j1"})] * 10)
+    agent = Agent(name="a", model=model, tools=govern_tools(gov, [job_status]))
+    result = run(agent)
+    out = outputs(result)
+    assert len(out) == 10 and out[-1] == "job j1: done"
+    assert all(o.startswith("job j1: ") and "headway" not in o for o in out)
+    assert result.final_output == "done"
+
+
+def test_a_loop_without_progress_ends_the_run_with_a_stop_the_caller_catches() -> None:
+    gov = headway.Governor()
+    gov.register("search", None, effect="read")
+    page = "No results for this query. Try different keywords or a broader search. " * 2
+    ran: list[int] = []
+
+    @function_tool
+    def search(q: str) -> str:
+        ran.append(1)
+        return page
+
+    model = turns(*[("search", {"q": f"acme {n}"}) for n in range(15)])
+    agent = Agent(name="a", model=model, tools=govern_tools(gov, [search]))
+    with pytest.raises(HeadwayStop) as caught:
+        run(agent, context={"run_id": "loop-1"})
+    assert isinstance(caught.value, headway.LoopDetected) and isinstance(caught.value, LoopStopped)
+    assert isinstance(caught.value, agents.exceptions.AgentsException)
+    assert caught.value.diagnostic["terminated_by"] == "no_progress"
+    assert len(ran) < 15  # the run ended: the rest of the script never ran
+    with pytest.raises(headway.LoopDetected):  # the session stays stopped
+        gov.session("loop-1").call("search", {"q": "x"}, run=lambda **a: page)
+
+
+def test_a_keyed_write_retried_after_a_timeout_runs_once_and_is_reconciled() -> None:
+    charges: list[int] = []  # the payment provider's side
+    asked: list[str] = []
+
+    def reconcile(key: str, args: dict[str, Any]) -> str | None:
+        asked.append(key)
+        return f"charged {charges[-1]}" if charges else None
+
+    gov = headway.Governor()
+    gov.register("charge", None, effect="write", timeout=0.05, reconcile=reconcile)
+
+    @function_tool
+    async def charge(amount: int) -> str:
+        charges.append(amount)  # the provider acted ...
+        if len(charges) == 1:
+            await asyncio.sleep(5)  # ... but its answer never came back in time
+        return f"charged {amount}"
+
+    # the run is retried (a crash, a resumed run) and replays the same tool call id: a
+    # second Runner.run on the same run_id, so the same idempotency key
+    tools = govern_tools(gov, [charge])
+    out = []
+    for _ in range(2):
+        model = turns(("charge", {"amount": 30}), call_ids=["c-pay"])
+        out += outputs(run(Agent(name="a", model=model, tools=tools), {"run_id": "pay-1"}))
+    assert "unknown" in out[0].lower()
+    assert out[1].startswith("charged 30") and "already completed" in out[1]
+    assert charges == [30]  # one execution
+    assert len(asked) == 1  # reconciled once, on the retry
+
+
+def test_an_error_answered_as_text_three_times_gets_the_repeated_error_correction() -> None:
+    gov = headway.Governor()
+    gov.register("book", None, effect="write")
+    ran: list[int] = []
+
+    @function_tool
+    def book(amount: int) -> str:
+        ran.append(amount)
+        return "Error: payment amount does not add up"
+
+    model = turns(*[("book", {"amount": 100})] * 3)
+    agent = Agent(name="a", model=model, tools=govern_tools(gov, [book]))
+    out = outputs(run(agent))
+    assert len(ran) == 3
+    assert all(o.startswith("Error: payment amount does not add up") for o in out)
+    assert "headway" not in out[1] and "same approach" in out[2].lower()
+
+
+def test_parallel_identical_reads_in_one_turn_run_once_and_both_get_the_result() -> None:
+    gov = headway.Governor()
+    gov.register("get_company", None, effect="read", deterministic=True)
+    ran: list[str] = []
+
+    @function_tool
+    async def get_company(ticker: str) -> str:
+        ran.append(ticker)
+        await asyncio.sleep(0.05)
+        return f"{ticker}: Acme Corp"
+
+    calls = [function_call("get_company", {"ticker": "ACME"}, call_id=f"p{n}") for n in range(2)]
+    model = ScriptedModel([calls, [assistant_message("done")]])
+    agent = Agent(name="a", model=model, tools=govern_tools(gov, [get_company]))
+    out = outputs(run(agent))
+    assert ran == ["ACME"]  # single-flight: the follower waited for the leader's result
+    assert [o.split("\n")[0] for o in out] == ["ACME: Acme Corp"] * 2
+
+
+@pytest.fixture
+def thread_loop() -> Any:
+    """Runner.run_sync runs on the thread's default loop and leaves it open: close it."""
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    yield loop
+    loop.close()
+    asyncio.set_event_loop(None)
+
+
+@pytest.mark.usefixtures("thread_loop")
+def test_run_sync_works_and_a_new_run_on_the_same_run_id_is_a_new_user_turn() -> None:
+    gov = headway.Governor()
+    gov.register("get_company", None, effect="read", deterministic=True)
+
+    @function_tool
+    def get_company(ticker: str) -> str:
+        return f"{ticker}: Acme Corp"
+
+    tools = govern_tools(gov, [get_company])
+    first = Runner.run_sync(
+        Agent(name="a", model=turns(*[("get_company", {"ticker": "A"})] * 2), tools=tools),
+        "go",
+        context={"run_id": "chat-1"},
+    )
+    again = Runner.run_sync(
+        Agent(name="a", model=turns(("get_company", {"ticker": "A"})), tools=tools),
+        "and again",
+        context={"run_id": "chat-1"},
+    )
+    # without the user turn this would be the 3rd identical call: corrected, not served
+    assert "stored result" in outputs(first)[1]
+    assert "stored result" in outputs(again)[0]
+
+
+def test_an_exception_the_sdk_turns_into_text_is_an_error_outcome() -> None:
+    gov = headway.Governor()
+    gov.register("lookup", None, effect="read", deterministic=True)
+    ran: list[int] = []
+
+    @function_tool
+    def lookup(q: str) -> str:
+        ran.append(1)
+        raise RuntimeError("database is down")
+
+    model = turns(*[("lookup", {"q": "a"})] * 3)
+    agent = Agent(name="a", model=model, tools=govern_tools(gov, [lookup]))
+    out = outputs(run(agent))
+    assert len(ran) == 3  # an error is never served from the cache
+    assert all("An error occurred while running the tool" in o for o in out)
+    assert "same approach" in out[2].lower()
+
+
+def test_govern_tools_rejects_what_is_not_a_function_tool() -> None:
+    with pytest.raises(TypeError, match="FunctionTool"):
+        govern_tools(headway.Governor(), [agents.WebSearchTool()])  # type: ignore[list-item]
+
+
+class FakeMCPServer(agents.mcp.MCPServer):
+    """An MCP server in process: a read-only closed-world lookup and a failing write."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, Any]] = []
+
+    @property
+    def name(self) -> str:
+        return "fake"
+
+    async def connect(self) -> None:
+        return None
+
+    async def cleanup(self) -> None:
+        return None
+
+    async def list_tools(self, run_context: Any = None, agent: Any = None) -> list[Any]:
+        schema = {"type": "object", "properties": {"q": {"type": "string"}}}
+        ro = mcp_types.ToolAnnotations(readOnlyHint=True, openWorldHint=False)
+        return [
+            mcp_types.Tool(name="lookup", inputSchema=schema, annotations=ro),
+            mcp_types.Tool(name="file_ticket", inputSchema=schema),
+            mcp_types.Tool(name="scan", inputSchema=schema),
+        ]
+
+    async def call_tool(
+        self, tool_name: str, arguments: dict[str, Any] | None, meta: dict[str, Any] | None = None
+    ) -> Any:
+        self.calls.append((tool_name, arguments))
+        q = (arguments or {}).get("q")
+        if tool_name == "file_ticket":
+            text, error = "ticket system rejected the request", True
+        elif tool_name == "scan":
+            text, error = "nothing new on this page, the same listing as before " * 2, False
+        else:
+            text, error = f"{q}: Acme Corp", False
+        return mcp_types.CallToolResult(
+            content=[mcp_types.TextContent(type="text", text=text)], isError=error
+        )
+
+    async def list_prompts(self) -> Any:
+        raise NotImplementedError
+
+    async def get_prompt(self, name: str, arguments: dict[str, Any] | None = None) -> Any:
+        raise NotImplementedError
+
+
+def mcp_agent(server: FakeMCPServer, gov: headway.Governor, model: ScriptedModel) -> Agent[Any]:
+    return Agent(name="a", model=model, mcp_servers=[GovernedMCPServer(server, gov)])
+
+
+def test_mcp_annotations_make_a_read_cacheable_and_its_third_repeat_corrected() -> None:
+    gov, server = headway.Governor(), FakeMCPServer()
+    out = outputs(run(mcp_agent(server, gov, turns(*[("lookup", {"q": "ACME"})] * 3))))
+    assert server.calls == [("lookup", {"q": "ACME"})]
+    assert "ACME: Acme Corp" in out[0] and "stored result" in out[1]
+    assert "3 times with identical arguments" in out[2]
+    spec = gov.spec("lookup")
+    assert spec is not None and spec.effect == "read" and spec.deterministic
+
+
+def test_an_mcp_is_error_result_repeated_gets_the_repeated_error_correction() -> None:
+    gov, server = headway.Governor(), FakeMCPServer()
+    model = turns(*[("file_ticket", {"q": "x"})] * 3)
+    out = outputs(run(mcp_agent(server, gov, model)))
+    assert len(server.calls) == 3  # an undeclared MCP tool is an unkeyed write: it runs
+    assert all("ticket system rejected the request" in o for o in out)
+    assert "same approach" in out[2].lower() and "same approach" not in out[1].lower()
+
+
+def test_a_stop_inside_an_mcp_call_ends_the_run() -> None:
+    gov, server = headway.Governor(), FakeMCPServer()
+    gov.register("scan", None, effect="read")
+    model = turns(*[("scan", {"q": f"page {n}"}) for n in range(15)])
+    with pytest.raises(HeadwayStop) as caught:
+        run(mcp_agent(server, gov, model))
+    assert caught.value.diagnostic["terminated_by"] == "no_progress"
+    assert len(server.calls) < 15
+
+
+@pytest.mark.usefixtures("thread_loop")
+def test_the_documented_example_runs() -> None:
+    text = (Path(__file__).resolve().parents[1] / "docs" / "integrations.md").read_text("utf-8")
+    section = text.split("## OpenAI Agents SDK", 1)[1].split("\n## ", 1)[0]
+    (block,) = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(block, "docs/integrations.md", "exec"), {})
+    assert out.getvalue().splitlines() == ["Light rain in Paris.", "['executed', 'cached']"]

@@ -1,0 +1,264 @@
+"""headway inside Pydantic AI's own agent loop, driven by its FunctionModel."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import io
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+try:
+    from pydantic_ai import Agent, ModelRetry
+    from pydantic_ai.exceptions import AgentRunError
+    from pydantic_ai.messages import (
+        ModelMessage,
+        ModelResponse,
+        TextPart,
+        ToolCallPart,
+        ToolReturnPart,
+    )
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+except ImportError:
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        raise
+    pytest.skip(
+        "Pydantic AI is not installed: pip install 'headway[pydantic-ai]'", allow_module_level=True
+    )
+
+
+import headway
+from headway.integrations.pydantic_ai import HeadwayCapability, HeadwayStop, LoopStopped
+
+
+@pytest.fixture(autouse=True)
+def thread_loop(request: pytest.FixtureRequest) -> Any:
+    """run_sync runs on the thread's default event loop and leaves it open: close it."""
+    if inspect.iscoroutinefunction(request.function):
+        yield None  # pytest-asyncio owns the loop
+        return
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    yield loop
+    loop.close()
+    asyncio.set_event_loop(None)
+
+
+def scripted(*turns: list[tuple[str, dict[str, Any]]]) -> FunctionModel:
+    """A model that makes the given tool calls, one model turn each, then answers "done"."""
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        n = sum(isinstance(m, ModelResponse) for m in messages)
+        if n >= len(turns):
+            return ModelResponse(parts=[TextPart("done")])
+        return ModelResponse(
+            parts=[
+                ToolCallPart(name, args, tool_call_id=f"t{n}-{i}")
+                for i, (name, args) in enumerate(turns[n])
+            ]
+        )
+
+    return FunctionModel(respond)
+
+
+def returns(result: Any) -> list[ToolReturnPart]:
+    """The tool results the model read, in order."""
+    return [p for m in result.all_messages() for p in m.parts if isinstance(p, ToolReturnPart)]
+
+
+def test_a_deterministic_read_repeated_runs_once_then_the_model_gets_a_retry_prompt() -> None:
+    gov = headway.Governor()
+    gov.register("get_company", None, effect="read", deterministic=True)
+    agent = Agent(
+        scripted(*[[("get_company", {"ticker": "ACME"})]] * 3),
+        capabilities=[HeadwayCapability(gov)],
+    )
+    ran: list[str] = []
+
+    @agent.tool_plain
+    def get_company(ticker: str) -> str:
+        ran.append(ticker)
+        return f"{ticker}: Acme Corp, 120 employees"
+
+    parts = returns(agent.run_sync("go"))
+    assert ran == ["ACME"]
+    assert [p.outcome for p in parts] == ["success", "success", "retried"]
+    assert "stored result" in parts[1].model_response_str()
+    assert "3 times with identical arguments" in parts[2].model_response_str()
+
+
+def test_polling_a_changing_status_is_never_corrected_or_stopped() -> None:
+    gov = headway.Governor()
+    gov.register("job_status", None, effect="read", poll=True)
+    agent = Agent(
+        scripted(*[[("job_status", {"job": "j1"})]] * 10), capabilities=[HeadwayCapability(gov)]
+    )
+    states = iter(["queued"] * 3 + ["running"] * 6 + ["done"])
+
+    @agent.tool_plain
+    def job_status(job: str) -> str:
+        return f"job {job}: {next(states)}"
+
+    result = agent.run_sync("go")
+    parts = returns(result)
+    assert [p.outcome for p in parts] == ["success"] * 10
+    assert all("headway" not in p.model_response_str() for p in parts)
+    assert parts[-1].content == "job j1: done" and result.output == "done"
+
+
+def test_a_loop_without_progress_ends_the_run_with_a_stop_the_caller_catches() -> None:
+    gov = headway.Governor()
+    gov.register("search", None, effect="read")
+    agent = Agent(
+        scripted(*[[("search", {"q": f"acme {n}"})] for n in range(15)]),
+        capabilities=[HeadwayCapability(gov)],
+    )
+    page = "No results for this query. Try different keywords or a broader search. " * 2
+    ran: list[int] = []
+
+    @agent.tool_plain
+    def search(q: str) -> str:
+        ran.append(1)
+        return page
+
+    with pytest.raises(HeadwayStop) as caught:
+        agent.run_sync("go", conversation_id="loop-1")
+    assert isinstance(caught.value, LoopStopped) and isinstance(caught.value, headway.LoopDetected)
+    assert isinstance(caught.value, AgentRunError)
+    assert caught.value.diagnostic["terminated_by"] == "no_progress"
+    assert len(ran) < 15
+    with pytest.raises(headway.LoopDetected):  # the conversation's session stays stopped
+        gov.session("loop-1").call("search", {"q": "x"}, run=lambda **a: page)
+
+
+def test_a_keyed_write_retried_after_a_timeout_runs_once_and_is_reconciled() -> None:
+    charges: list[int] = []
+    asked: list[str] = []
+
+    def reconcile(key: str, args: dict[str, Any]) -> str | None:
+        asked.append(key)
+        return f"charged {charges[-1]}" if charges else None
+
+    gov = headway.Governor()
+    gov.register("charge", None, effect="write", timeout=0.05, reconcile=reconcile)
+    calls = [("charge", {"amount": 30})]
+    agent = Agent(scripted(calls), capabilities=[HeadwayCapability(gov)])
+
+    @agent.tool_plain
+    async def charge(amount: int) -> str:
+        charges.append(amount)  # the provider acted ...
+        if len(charges) == 1:
+            await asyncio.sleep(5)  # ... but its answer never came back in time
+        return f"charged {amount}"
+
+    # the run is retried (a crash, a durable engine re-executing it) and replays the same
+    # tool call id in the same conversation: the same idempotency key
+    parts = [p for _ in range(2) for p in returns(agent.run_sync("go", conversation_id="pay-1"))]
+    assert "unknown" in str(parts[0].content).lower()
+    assert str(parts[-1].content).startswith("charged 30")
+    assert "already completed" in str(parts[-1].content)
+    assert charges == [30]  # one execution
+    assert len(asked) == 1
+
+
+def test_a_model_retry_repeated_three_times_gets_the_repeated_error_correction() -> None:
+    gov = headway.Governor()
+    gov.register("book", None, effect="write")
+    agent = Agent(
+        scripted(*[[("book", {"amount": 100})]] * 3), capabilities=[HeadwayCapability(gov)]
+    )
+    ran: list[int] = []
+
+    @agent.tool_plain(retries=5)
+    def book(amount: int) -> str:
+        ran.append(amount)
+        raise ModelRetry("payment amount does not add up")
+
+    parts = returns(agent.run_sync("go"))
+    assert len(ran) == 3
+    assert [p.outcome for p in parts] == ["retried"] * 3  # still the framework's retry prompts
+    texts = [p.model_response_str() for p in parts]
+    assert all("payment amount does not add up" in t for t in texts)
+    assert "same approach" not in texts[1].lower() and "same approach" in texts[2].lower()
+
+
+def test_a_correction_never_exhausts_the_tools_retries_and_crashes_the_run() -> None:
+    gov = headway.Governor()
+    gov.register("get_company", None, effect="read", deterministic=True)
+    agent = Agent(
+        scripted(*[[("get_company", {"ticker": "ACME"})]] * 5),
+        capabilities=[HeadwayCapability(gov)],
+    )
+
+    @agent.tool_plain  # the default: one retry
+    def get_company(ticker: str) -> str:
+        return f"{ticker}: Acme Corp"
+
+    result = agent.run_sync("go")
+    outcomes = [p.outcome for p in returns(result)]
+    assert outcomes[2] == "retried" and outcomes[3:] == ["failed", "failed"]
+    assert result.output == "done"
+
+
+async def test_parallel_identical_reads_in_one_turn_run_once_and_both_get_the_result() -> None:
+    gov = headway.Governor()
+    gov.register("get_company", None, effect="read", deterministic=True)
+    agent = Agent(
+        scripted([("get_company", {"ticker": "ACME"})] * 2), capabilities=[HeadwayCapability(gov)]
+    )
+    ran: list[str] = []
+
+    @agent.tool_plain
+    async def get_company(ticker: str) -> str:
+        ran.append(ticker)
+        await asyncio.sleep(0.05)
+        return f"{ticker}: Acme Corp"
+
+    parts = returns(await agent.run("go"))
+    assert ran == ["ACME"]
+    assert [str(p.content).split("\n")[0] for p in parts] == ["ACME: Acme Corp"] * 2
+
+
+def test_a_new_run_in_the_same_conversation_is_a_new_user_turn() -> None:
+    gov = headway.Governor()
+    gov.register("get_company", None, effect="read", deterministic=True)
+    cap = HeadwayCapability(gov)
+    twice = Agent(scripted(*[[("get_company", {"ticker": "A"})]] * 2), capabilities=[cap])
+    once = Agent(scripted([("get_company", {"ticker": "A"})]), capabilities=[cap])
+    for agent in (twice, once):
+        agent.tool_plain(lambda ticker: f"{ticker}: Acme Corp", name="get_company")
+    twice.run_sync("go", conversation_id="chat-1")
+    again = returns(once.run_sync("and again", conversation_id="chat-1"))
+    # without the user turn this would be the 3rd identical call: corrected, not served
+    assert again[0].outcome == "success" and "stored result" in str(again[0].content)
+
+
+def test_an_exception_a_tool_raises_is_a_failed_result_the_model_reads() -> None:
+    gov = headway.Governor()
+    gov.register("lookup", None, effect="read")
+    agent = Agent(scripted([("lookup", {"q": "a"})]), capabilities=[HeadwayCapability(gov)])
+
+    @agent.tool_plain
+    def lookup(q: str) -> str:
+        raise RuntimeError("database is down")
+
+    parts = returns(agent.run_sync("go"))
+    assert parts[0].outcome == "failed" and "database is down" in parts[0].model_response_str()
+
+
+def test_the_documented_example_runs() -> None:
+    text = (Path(__file__).resolve().parents[1] / "docs" / "integrations.md").read_text("utf-8")
+    section = text.split("## Pydantic AI", 1)[1].split("\n## ", 1)[0]
+    (block,) = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(block, "docs/integrations.md", "exec"), {})
+    assert out.getvalue().splitlines() == [
+        "Order 7 has shipped.",
+        "['executed', 'cached', 'corrected']",
+    ]
