@@ -21,16 +21,16 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LOOPS = ["tests/test_loops.py", "tests/test_pinned.py", "tests/test_read_dedup.py"]
+LOOPS = ["tests/test_loops.py", "tests/test_mutation_pins.py", "tests/test_read_dedup.py"]
 TESTS = {
     "detectors": LOOPS,
     "similarity": LOOPS,
     "_session": LOOPS,
-    "_pipeline": ["tests/test_read_dedup.py", "tests/test_pinned.py", *LOOPS[:1]],
-    "budgets": ["tests/test_budgets.py", "tests/test_pinned.py"],
-    "idempotency": ["tests/test_idempotency.py", "tests/test_pinned.py"],
+    "_pipeline": ["tests/test_read_dedup.py", "tests/test_mutation_pins.py", *LOOPS[:1]],
+    "budgets": ["tests/test_budgets.py", "tests/test_mutation_pins.py"],
+    "idempotency": ["tests/test_idempotency.py", "tests/test_mutation_pins.py"],
     "shell": ["tests/test_shell.py"],
-    "breaker": ["tests/test_resilience.py", "tests/test_pinned.py"],
+    "breaker": ["tests/test_resilience.py", "tests/test_mutation_pins.py"],
 }
 
 # (module, what the mutant breaks, text in the module, replacement)
