@@ -383,7 +383,10 @@ def _awk_program(words: list[str]) -> str | None:
         elif w.startswith("-"):
             return None  # -f program file, -i inplace, ...: not followed
         else:
-            return None if any(s in w for s in (">", "|", "system", "getline")) else w
+            # output goes to a file or a command only by print > file, | or system();
+            # a ">" in a program that prints nothing is a comparison (NR>=10)
+            unsafe = any(s in w for s in ("|", "system", "@")) or ("print" in w and ">" in w)
+            return None if unsafe else w
     return None
 
 
