@@ -7,7 +7,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from . import breaker as brk
-from ._call import Call, describe
+from ._call import Call, describe, result_text
 from ._effects import Attempt, AttemptTimeout, Blocking, Plan, Sleep
 from ._spec import ToolSpec
 from .outcome import ERROR, EXECUTED, FALLBACK, UNKNOWN, error_info
@@ -81,7 +81,7 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
             timeout = left if timeout is None else min(timeout, left)
         c.attempts += 1
         try:
-            c.value = yield Attempt(spec.fn, c.args, timeout, spec.is_async)
+            c.value = yield Attempt(c.fn, c.args, timeout, c.fn_async)
         except (AttemptTimeout, TimeoutError) as exc:
             failure: BaseException = exc
             timed_out = True
@@ -106,6 +106,8 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
                     yield from breaker_update(gov, spec, b, ok)
                 else:
                     local_update(gov, spec, ok)
+            if _is_error_result(gov, c):  # the service answered: not a breaker failure
+                _error_result(c)
             return
         c.executed = True
         verdict = _classify(classify, failure, timed_out, spec)
@@ -145,6 +147,26 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
                 c.flag(f"on_retry_failed: {describe(exc)}"[:200])
         if delay > 0:
             yield Sleep(delay)
+
+
+def _is_error_result(gov: Governor, c: Call) -> bool:
+    predicate = c.spec.is_error or gov.is_error
+    if predicate is None:
+        return False
+    try:
+        return bool(predicate(c.value))
+    except Exception as exc:  # a predicate that fails judges nothing
+        c.flag(f"is_error_failed: {describe(exc)}"[:200])
+        return False
+
+
+def _error_result(c: Call) -> None:
+    """A result the tool (or its framework) marks as an error: an ERROR outcome for the
+    signals, never cached, and the model reads the tool's own text."""
+    text = result_text(c.value)
+    c.status, c.value = ERROR, None
+    c.error = error_info("error_result", text[:4000], retryable=False)
+    c.fingerprint = f"result:{_DIGITS.sub('#', text)[:300]}"
 
 
 def _classify(classify: Any, exc: BaseException, timed_out: bool, spec: ToolSpec) -> Classification:

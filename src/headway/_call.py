@@ -49,6 +49,8 @@ class Call:
     result_size: int | None = None
     late: Any = None  # an attempt abandoned after a timeout, still running
     looked_up: bool = False  # begin() already looked the read up (an in-process store)
+    fn: Any = None  # what runs the tool: the spec's function, or the caller's ``run=``
+    fn_async: bool = False
     _digest: str | None = None
 
     def __init__(
@@ -70,6 +72,7 @@ class Call:
         self.started = started
         self.known = known  # False for a tool name that is not registered
         self.args_id = args_id  # identity(canon)
+        self.fn, self.fn_async = spec.fn, spec.is_async
         if args_id is not canon:
             self._digest = args_id  # long arguments: their identity is already the sha256
 

@@ -14,6 +14,7 @@ Attempts (timeouts, retries, breaker) are in ``_attempts``; settling is in ``_se
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -42,6 +43,7 @@ def begin(
     args: Any,
     idempotency_key: str | None = None,
     step_id: str | None = None,
+    run: Any = None,
 ) -> Call | Outcome:
     """The part of a call that needs no I/O: checks, keys, and a read served from an
     in-process cache or corrected. Returns the Outcome when that settles the call, else
@@ -55,7 +57,19 @@ def begin(
         )
     canon = canonical_json(args)
     spec = gov.spec(name)
+    if spec is None and run is not None:
+        spec = gov.register(name, None)  # a tool the framework runs, undeclared: a write
     c = _new_call(gov, spec, name, args, canon, now)
+    if run is not None:
+        c.fn, c.fn_async = run, inspect.iscoroutinefunction(run)
+    elif c.fn is None and spec is not None:
+        c.error = error_info(
+            "no_function",
+            f"{name!r} is declared without a function and this call gave none",
+            retryable=False,
+            hint="Pass the tool's runner: session.call(name, args, run=...).",
+        )
+        return settle(gov, st, c)
     if spec is None:
         known = ", ".join(sorted(gov.tools())[:30])
         c.error = error_info(

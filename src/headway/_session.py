@@ -17,7 +17,7 @@ from typing import Any, TypeVar, overload
 from . import _pipeline
 from ._effects import Flights, drive_async, drive_sync
 from ._settle import check_stop, reach
-from ._spec import ToolSpec, make_spec, options_from_mcp
+from ._spec import ToolSpec, error_result, make_spec, options_from_mcp
 from ._state import SessionState
 from .audit import AuditSink, MemoryAudit
 from .breaker import Breaker
@@ -73,6 +73,7 @@ class Governor:
         rng: Callable[[], float] = default_rng,
         on_retry: Callable[[dict[str, Any]], None] | None = None,
         agent: str | None = None,
+        is_error: Callable[[Any], bool] | None = error_result,
     ) -> None:
         if no_progress_limit < 1 or window < 2:
             raise ConfigError("no_progress_limit must be >= 1 and window >= 2")
@@ -107,6 +108,7 @@ class Governor:
         self.rng = rng
         self.on_retry = on_retry
         self.agent = agent
+        self.is_error = is_error
         self.tool_config: dict[str, dict[str, Any]] = {}
         self.flights = Flights()
         self.writes = Writes()
@@ -149,9 +151,11 @@ class Governor:
 
     # -- tools ---------------------------------------------------------------------
 
-    def register(self, name: str, fn: Callable[..., Any], **options: Any) -> ToolSpec:
+    def register(self, name: str, fn: Callable[..., Any] | None, **options: Any) -> ToolSpec:
         """Register ``fn`` as tool ``name`` (the options are the fields of semantics §1).
 
+        ``fn=None`` declares a tool that something else runs (a framework, an MCP server):
+        each call then passes its runner, ``session.call(name, args, run=...)``.
         ``annotations=`` takes MCP tool annotations; explicit options win over them.
         """
         annotations = options.pop("annotations", None)
@@ -317,12 +321,18 @@ class Session:
         *,
         idempotency_key: str | None = None,
         step_id: str | None = None,
+        run: Callable[..., Any] | None = None,
     ) -> Outcome:
         """Run one tool call through headway. Returns an Outcome; raises only
-        ArgumentError, KeyReuseError and Stop."""
+        ArgumentError, KeyReuseError and Stop.
+
+        ``run`` runs the tool for this call instead of the registered function (called with
+        the arguments as keywords): how integrations govern tools their framework executes.
+        A name never registered is then declared with the safe default (an unkeyed write).
+        """
         gov = self.governor
         c = _pipeline.begin(
-            gov, self._st, name, {} if args is None else args, idempotency_key, step_id
+            gov, self._st, name, {} if args is None else args, idempotency_key, step_id, run
         )
         if isinstance(c, Outcome):
             return c
@@ -335,11 +345,12 @@ class Session:
         *,
         idempotency_key: str | None = None,
         step_id: str | None = None,
+        run: Callable[..., Any] | None = None,
     ) -> Outcome:
         """``call`` for async code: async tools are awaited, sync tools run in a thread."""
         gov = self.governor
         c = _pipeline.begin(
-            gov, self._st, name, {} if args is None else args, idempotency_key, step_id
+            gov, self._st, name, {} if args is None else args, idempotency_key, step_id, run
         )
         if isinstance(c, Outcome):
             return c

@@ -109,7 +109,8 @@ def settle(gov: Governor, st: SessionState, c: Call) -> Outcome:
         ),
     )
     if gov.sink_modes:
-        _audit(gov, st, c, outcome, now, mark, signals, budget, last_progress)
+        reached_stop = stop.diagnostic if stop is not None else None
+        _audit(gov, st, c, outcome, now, mark, signals, budget, last_progress, reached_stop)
     return outcome
 
 
@@ -123,6 +124,7 @@ def _audit(
     signals: dict[str, Any],
     budget: tuple[int, int, int],
     last_progress: int | None,
+    stop: dict[str, Any] | None,
 ) -> None:
     """Hand the call's record to every sink; a sink that fails is reported, never raised."""
     if c.result_digest is None and c.text is None and out.value is not None:
@@ -139,6 +141,7 @@ def _audit(
         st.agent,
         st.session_id,
         error_code,
+        stop,
     )
     record = AuditRecord(_values, source, st.session_id)
     plain: dict[str, Any] | None = None
@@ -155,7 +158,7 @@ def _audit(
 
 def _values(source: tuple[Any, ...]) -> list[Any]:
     """The record's values in ``audit.FIELDS`` order, from the snapshot ``_audit`` took."""
-    c, out, now, mark, signals, budget, last_progress, agent, session, error_code = source
+    c, out, now, mark, signals, budget, last_progress, agent, session, error_code, stop = source
     if c.result_digest is None and c.text is not None:
         c.result_digest, c.result_size = digest(c.text), len(c.text)
     saved = 0
@@ -191,6 +194,8 @@ def _values(source: tuple[Any, ...]) -> list[Any]:
         last_progress,
         saved,
         c.flags,
+        "hit" if c.cache_hit else ("miss" if c.cache_key is not None else "none"),
+        stop,
     ]
 
 

@@ -19,7 +19,7 @@ class ToolSpec:
     """Everything headway knows about one tool. The field names are the TOML keys."""
 
     name: str
-    fn: Callable[..., Any]
+    fn: Callable[..., Any] | None  # None: the framework runs the tool (``call(..., run=)``)
     effect: Effect | Callable[[Mapping[str, Any]], str] = "write"
     idempotent: bool = False
     deterministic: bool = False
@@ -43,11 +43,14 @@ class ToolSpec:
     classify: Any = None
     failed_final: bool = False
     redact: tuple[str, ...] = DEFAULT_REDACT
+    is_error: Callable[[Any], bool] | None = None  # None: the Governor's predicate decides
     is_async: bool = False
 
     def __post_init__(self) -> None:
-        if not callable(self.fn):
-            raise ConfigError(f"tool {self.name!r}: fn must be callable")
+        if self.fn is not None and not callable(self.fn):
+            raise ConfigError(f"tool {self.name!r}: fn must be callable or None")
+        if self.is_error is not None and not callable(self.is_error):
+            raise ConfigError(f"tool {self.name!r}: is_error must be a function of the result")
         if not callable(self.effect) and self.effect not in ("read", "write"):
             raise ConfigError(
                 f"tool {self.name!r}: effect must be 'read', 'write' or a function, "
@@ -85,7 +88,26 @@ class ToolSpec:
         return self.deterministic or (self.ttl is not None and self.ttl > 0)
 
 
-def make_spec(name: str, fn: Callable[..., Any], **options: Any) -> ToolSpec:
+def error_result(value: Any) -> bool:
+    """The default error-result predicate, for tools that answer a failure instead of
+    raising: a string that starts with ``Error:`` (any case); a mapping whose ``isError`` /
+    ``is_error`` flag is true, or else whose ``error`` field is set; an object whose
+    ``isError`` / ``is_error`` attribute is true or whose ``status`` is ``"error"`` (an MCP
+    ``CallToolResult``, a LangChain ``ToolMessage``)."""
+    if isinstance(value, str):
+        return value[:6].lower() == "error:"
+    if value is None or isinstance(value, int | float | list | tuple):
+        return False
+    if isinstance(value, Mapping):
+        flag = value.get("isError", value.get("is_error"))
+        return flag is True if flag is not None else bool(value.get("error"))
+    flag = getattr(value, "isError", getattr(value, "is_error", None))
+    if flag is not None:
+        return flag is True
+    return getattr(value, "status", None) == "error"
+
+
+def make_spec(name: str, fn: Callable[..., Any] | None, **options: Any) -> ToolSpec:
     """Build a spec from keyword options, turning lists into tuples and checking names."""
     fields = {f.name for f in dataclasses.fields(ToolSpec)} - {"name", "fn", "is_async"}
     unknown = sorted(set(options) - fields)

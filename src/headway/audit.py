@@ -2,8 +2,10 @@
 
 A record is a flat, JSON-serialisable dict with these fields: ``time, agent, session,
 step, tool, args_digest, args (redacted canonical JSON text), result_digest, result_size, status,
-executed, cache_hit, idempotency_key, idempotency_state, reconcile_s, attempts, breaker, latency_ms,
-mark, signals, decision, would, error, budget, tokens_saved``.
+executed, cache_hit, coalesced, idempotency_key, idempotency_state, reconcile_s, attempts, breaker,
+latency_ms, mark, signals, decision, would, error, correction, budget, last_progress_step,
+tokens_saved, flags, cache`` (``hit``, ``miss`` or ``none`` for a call that is not a cacheable
+read) and ``stop`` (the diagnostic when this call reached a limit, else None).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ FIELDS = (
     "result_size", "status", "executed", "cache_hit", "coalesced", "idempotency_key",
     "idempotency_state", "reconcile_s", "attempts", "breaker", "latency_ms", "mark", "signals",
     "decision", "would", "error", "correction", "budget", "last_progress_step", "tokens_saved",
-    "flags",
+    "flags", "cache", "stop",
 )  # fmt: skip
 _INDEX = {name: i for i, name in enumerate(FIELDS)}
 _ARGS = _INDEX["args"]
@@ -191,7 +193,9 @@ class JSONLSink:
 
 
 class LoggingSink:
-    """Sends each record to a ``logging`` logger as one JSON message."""
+    """Sends each record to a ``logging`` logger: the message is the record as JSON, and the
+    record itself rides in ``extra`` as the ``headway`` attribute, for JSON log pipelines
+    (python-json-logger, structlog's ``ProcessorFormatter`` with ``ExtraAdder``)."""
 
     def __init__(
         self, logger: str | logging.Logger = "headway.audit", level: int = logging.INFO
@@ -201,7 +205,11 @@ class LoggingSink:
 
     def write(self, record: Mapping[str, Any]) -> None:
         if self.logger.isEnabledFor(self.level):
-            self.logger.log(self.level, json.dumps(record, default=str, sort_keys=True))
+            self.logger.log(
+                self.level,
+                json.dumps(record, default=str, sort_keys=True),
+                extra={"headway": dict(record)},
+            )
 
 
 class SQLiteAuditSink:

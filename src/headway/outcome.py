@@ -93,6 +93,8 @@ class Outcome(NamedTuple):
             )
         elif s is Status.CORRECTED:
             return self.correction or f"headway: {self.tool} was not run."
+        elif self.error is not None and self.error.get("code") == "error_result":
+            text = str(self.error.get("message", ""))  # the tool's own answer, as it gave it
         else:
             err = self.error or {}
             retry = (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
 from typing import Any
@@ -32,8 +33,12 @@ class MemoryStore:
     blocking = False
 
     def __init__(self, *, max_entries: int = 100_000) -> None:
-        # key -> (JSON text, expiry, whether orjson may parse it: three times faster)
-        self._data: dict[str, tuple[str, float | None, bool]] = {}
+        # key -> (JSON text, expiry, whether orjson may parse it: three times faster). An
+        # OrderedDict: a plain dict whose oldest entries are deleted again and again scans
+        # the deleted slots to find the next one, so eviction would grow with the size
+        self._data: collections.OrderedDict[str, tuple[str, float | None, bool]] = (
+            collections.OrderedDict()
+        )
         self._lock = threading.Lock()
         self.max_entries = max_entries
 
@@ -49,9 +54,8 @@ class MemoryStore:
     def _put(self, key: str, text: str, ttl_s: float | None, now: float, fast: bool) -> None:
         self._data.pop(key, None)
         self._data[key] = (text, None if ttl_s is None else now + ttl_s, fast)
-        if len(self._data) > self.max_entries:
-            for old in list(self._data)[: len(self._data) - self.max_entries]:
-                del self._data[old]
+        while len(self._data) > self.max_entries:  # the oldest first, in O(1)
+            self._data.popitem(last=False)
 
     def get(self, key: str) -> Any | None:
         item = self._data.get(key)  # a dict lookup is atomic: no lock on the read path

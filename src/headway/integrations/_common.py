@@ -1,0 +1,39 @@
+"""What every integration needs: a spec for a tool the framework runs, the step id of one
+of its tool calls, and the lazy import of the framework itself."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .._session import Governor
+    from .._spec import ToolSpec
+
+
+def require(module: str, extra: str) -> ModuleType:
+    """Import an optional dependency, or say exactly what to install."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ImportError(
+            f"{module} is needed for this integration: pip install 'headway[{extra}]'"
+        ) from exc
+
+
+def declare(gov: Governor, name: str, annotations: Mapping[str, Any] | None = None) -> ToolSpec:
+    """The spec of a tool the framework runs: the one registered (the operator's choice),
+    else one from the MCP annotations the framework carries, else the safe default (an
+    unkeyed write: never cached, judged by its repeats)."""
+    spec = gov.spec(name)
+    if spec is None:
+        spec = gov.register(name, None, annotations=dict(annotations or {}))
+    return spec
+
+
+def step_of(call_id: str | None) -> str | None:
+    """The idempotency step of a framework's tool call: a write retried by the framework
+    under the same call id keeps its key (scoped to the run by ``gov.session(run_id)``)."""
+    return f"call:{call_id}" if call_id else None

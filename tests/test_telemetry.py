@@ -1,0 +1,183 @@
+"""OpenTelemetry spans and Prometheus metrics (audit sinks), and structured log records."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+import pytest
+
+import headway
+from headway.testing import FakeClock
+
+trace = pytest.importorskip("opentelemetry.trace")
+sdk_trace = pytest.importorskip("opentelemetry.sdk.trace")
+export = pytest.importorskip("opentelemetry.sdk.trace.export")
+in_memory = pytest.importorskip("opentelemetry.sdk.trace.export.in_memory_span_exporter")
+prometheus_client = pytest.importorskip("prometheus_client")
+
+from headway.telemetry import OpenTelemetrySink, PrometheusSink, stop_signal  # noqa: E402
+
+
+@pytest.fixture
+def spans() -> tuple[Any, Any]:
+    exporter = in_memory.InMemorySpanExporter()
+    provider = sdk_trace.TracerProvider()
+    provider.add_span_processor(export.SimpleSpanProcessor(exporter))
+    return provider, exporter
+
+
+def _lookup_gov(sinks: list[Any]) -> headway.Governor:
+    clock = FakeClock()
+    gov = headway.Governor(audit=[headway.MemoryAudit(), *sinks], clock=clock, sleep=clock.sleep)
+    gov.register("lookup", lambda q: {"rows": [q]}, effect="read", deterministic=True)
+    return gov
+
+
+def test_each_call_is_an_execute_tool_span_under_the_callers_span(spans: Any) -> None:
+    provider, exporter = spans
+    gov = _lookup_gov([OpenTelemetrySink(tracer_provider=provider)])
+    tracer = provider.get_tracer("agent")
+    with tracer.start_as_current_span("agent turn") as parent, gov.session("run-1") as s:
+        for _ in range(3):
+            s.call("lookup", {"q": "a"})
+    tool_spans = [sp for sp in exporter.get_finished_spans() if sp.name == "execute_tool lookup"]
+    assert len(tool_spans) == 3
+    assert all(sp.parent.span_id == parent.get_span_context().span_id for sp in tool_spans)
+    first, second, third = (dict(sp.attributes) for sp in tool_spans)
+    assert first["gen_ai.operation.name"] == "execute_tool"
+    assert first["gen_ai.tool.name"] == "lookup" and first["gen_ai.tool.type"] == "function"
+    assert [first["headway.status"], second["headway.status"], third["headway.status"]] == [
+        "executed",
+        "cached",
+        "corrected",
+    ]
+    assert first["headway.cache"] == "miss" and second["headway.cache"] == "hit"
+    assert "repeat" in third["headway.signals"]
+    (event,) = tool_spans[2].events
+    assert event.name == "headway.correction" and event.attributes["headway.signal"] == "repeat"
+
+
+def test_an_error_outcome_sets_the_span_status_to_error(spans: Any) -> None:
+    provider, exporter = spans
+    gov = headway.Governor(audit=[OpenTelemetrySink(tracer_provider=provider)])
+
+    def boom() -> None:
+        raise ValueError("bad input")
+
+    gov.register("boom", boom, effect="read", timeout=None)
+    with gov.session("r") as s:
+        assert s.call("boom").status is headway.Status.ERROR
+    (span,) = exporter.get_finished_spans()
+    assert span.status.status_code is trace.StatusCode.ERROR
+    assert span.attributes["error.type"] == "tool_error"
+
+
+def test_a_framework_span_for_the_call_gets_headways_attributes_and_no_twin(spans: Any) -> None:
+    provider, exporter = spans
+    gov = _lookup_gov([OpenTelemetrySink(tracer_provider=provider)])
+    tracer = provider.get_tracer("framework")
+    attrs = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup"}
+    with (
+        gov.session("r") as s,
+        tracer.start_as_current_span("execute_tool lookup", attributes=attrs),
+    ):
+        s.call("lookup", {"q": "a"})
+    (span,) = exporter.get_finished_spans()
+    assert span.attributes["headway.status"] == "executed"
+
+
+def test_a_stop_is_a_span_event_on_the_call_that_reached_it(spans: Any) -> None:
+    provider, exporter = spans
+    gov = headway.Governor(audit=[OpenTelemetrySink(tracer_provider=provider)])
+    gov.register("search", lambda q: "nothing new here, " * 10, effect="read")
+    with gov.session("r") as s:
+        _loop_until_stopped(s)
+    events = [e for sp in exporter.get_finished_spans() for e in sp.events]
+    stops = [e for e in events if e.name == "headway.stop"]
+    assert len(stops) == 1 and stops[0].attributes["headway.terminated_by"] == "no_progress"
+
+
+def _loop_until_stopped(s: headway.Session) -> headway.Stop:
+    """Two searches in turn, always the same answer: no progress until headway stops it."""
+    for n in range(40):
+        try:
+            s.call("search", {"q": n % 2})
+        except headway.Stop as stop:
+            return stop
+    raise AssertionError("the loop was never stopped")
+
+
+def _sample(registry: Any, name: str, labels: dict[str, str] | None = None) -> float | None:
+    value: float | None = registry.get_sample_value(name, labels or {})
+    return value
+
+
+def test_prometheus_counts_calls_hits_corrections_and_stops_by_low_cardinality_labels() -> None:
+    registry = prometheus_client.CollectorRegistry()
+    gov = _lookup_gov([PrometheusSink(registry=registry)])
+    gov.register("search", lambda q: "nothing new here, " * 10, effect="read")
+    with gov.session("run-1") as s:
+        for _ in range(3):
+            s.call("lookup", {"q": "a"})
+        stop = _loop_until_stopped(s)
+    assert _sample(registry, "headway_calls_total", {"tool": "lookup", "status": "executed"}) == 1
+    assert _sample(registry, "headway_calls_total", {"tool": "lookup", "status": "cached"}) == 1
+    assert _sample(registry, "headway_calls_total", {"tool": "lookup", "status": "corrected"}) == 1
+    assert _sample(registry, "headway_cache_hits_total", {"tool": "lookup"}) == 1
+    assert _sample(registry, "headway_executions_saved_total", {"tool": "lookup"}) == 2
+    assert _sample(registry, "headway_corrections_total", {"signal": "repeat"}) == 1
+    label = stop_signal(stop.diagnostic)
+    assert label == stop.diagnostic["signal"]
+    assert _sample(registry, "headway_stops_total", {"signal": label}) == 1
+    calls = _sample(registry, "headway_call_seconds_count", {"tool": "lookup"})
+    assert calls == 3
+    assert _sample(registry, "headway_breaker_state", {"tool": "lookup"}) == 0
+    for metric in registry.collect():
+        for sample in metric.samples:
+            assert not {"session", "args", "run_id"} & set(sample.labels)
+
+
+def test_unknown_writes_are_outstanding_until_reconciled() -> None:
+    registry = prometheus_client.CollectorRegistry()
+    gov = headway.Governor(audit=[PrometheusSink(registry=registry)])
+    release, done = threading.Event(), threading.Event()
+    charges: dict[str, str] = {}
+
+    def charge(ref: str) -> str:
+        release.wait(5)
+        charges[ref] = "ch-1"
+        done.set()
+        return "ch-1"
+
+    gov.register(
+        "charge", charge, effect="write", timeout=0.05, reconcile=lambda k, a: charges.get(k)
+    )
+    with gov.session("r") as s:
+        first = s.call("charge", {"ref": "o-1"}, idempotency_key="o-1")
+        assert first.status is headway.Status.UNKNOWN
+        assert _sample(registry, "headway_unknown_outstanding") == 1
+        assert (_sample(registry, "headway_unknown_oldest_seconds") or 0) >= 0
+        release.set()
+        assert done.wait(5)  # the abandoned attempt acted late
+        time.sleep(0.2)  # and returned: its thread hands the result over right after
+        again = s.call("charge", {"ref": "o-1"}, idempotency_key="o-1")
+    assert again.status is headway.Status.REPLAYED
+    assert _sample(registry, "headway_unknown_outstanding") == 0
+    assert _sample(registry, "headway_unknown_oldest_seconds") == 0
+    assert _sample(registry, "headway_reconcile_seconds_count") == 1
+
+
+def test_the_logging_sink_emits_a_structured_record_with_secrets_redacted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    gov = headway.Governor(audit=[headway.LoggingSink()])
+    gov.register("login", lambda user, password: "ok", effect="write")
+    with caplog.at_level(logging.INFO, logger="headway.audit"), gov.session("r") as s:
+        s.call("login", {"user": "ann", "password": "hunter2"})
+    (entry,) = [r for r in caplog.records if r.name == "headway.audit"]
+    fields = entry.headway  # type: ignore[attr-defined]
+    assert fields["tool"] == "login" and fields["decision"] == "execute"
+    assert "hunter2" not in entry.getMessage() and "hunter2" not in str(fields)
