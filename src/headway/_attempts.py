@@ -4,6 +4,7 @@ the circuit breaker around each attempt. Like the pipeline, it only yields effec
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from . import breaker as brk
@@ -163,10 +164,29 @@ def _is_error_result(gov: Governor, c: Call) -> bool:
 def _error_result(c: Call) -> None:
     """A result the tool (or its framework) marks as an error: an ERROR outcome for the
     signals, never cached, and the model reads the tool's own text."""
-    text = result_text(c.value)
+    text = error_text(c.value)
     c.status, c.value = ERROR, None
     c.error = error_info("error_result", text[:4000], retryable=False)
     c.fingerprint = f"result:{_DIGITS.sub('#', text)[:300]}"
+
+
+def error_text(value: Any) -> str:
+    """The text of an error result: a string as it is; else its ``content`` when that is
+    text, or a list of text blocks (MCP, several frameworks); else the result as JSON."""
+    if isinstance(value, str):
+        return value
+    content = (
+        value.get("content") if isinstance(value, Mapping) else getattr(value, "content", None)
+    )
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = [
+            b.get("text") if isinstance(b, Mapping) else getattr(b, "text", None) for b in content
+        ]
+        if texts and all(isinstance(t, str) for t in texts):
+            return "\n".join(t for t in texts if isinstance(t, str))
+    return result_text(value)
 
 
 def _classify(classify: Any, exc: BaseException, timed_out: bool, spec: ToolSpec) -> Classification:

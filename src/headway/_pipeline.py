@@ -44,6 +44,7 @@ def begin(
     idempotency_key: str | None = None,
     step_id: str | None = None,
     run: Any = None,
+    agent: str | None = None,
 ) -> Call | Outcome:
     """The part of a call that needs no I/O: checks, keys, and a read served from an
     in-process cache or corrected. Returns the Outcome when that settles the call, else
@@ -60,6 +61,10 @@ def begin(
     if spec is None and run is not None:
         spec = gov.register(name, None)  # a tool the framework runs, undeclared: a write
     c = _new_call(gov, spec, name, args, canon, now)
+    if agent is not None:
+        if not isinstance(agent, str) or not agent:
+            raise ArgumentError(f"agent must be a non-empty string, not {agent!r}", "agent")
+        c.agent = agent
     if run is not None:
         c.fn, c.fn_async = run, inspect.iscoroutinefunction(run)
     elif c.fn is None and spec is not None:
@@ -169,9 +174,10 @@ def _served(gov: Governor, st: SessionState, c: Call, entry: Any) -> bool:
     spec = c.spec
     fresh = entry if _fresh(gov, spec, entry) else None
     # a TTL read whose entry expired is a fresh look, not a repeat
-    if (fresh is not None or not spec.ttl) and st.monitor.may_correct(c.key):
+    monitor = st.monitor_of(c.agent)
+    if (fresh is not None or not spec.ttl) and monitor.may_correct(c.key):
         with st.lock:
-            correction = st.monitor.before(spec, c.key, "read", c.canon)
+            correction = monitor.before(spec, c.key, "read", c.canon)
         if correction is not None:
             if gov.enforce:
                 c.status, c.correction = CORRECTED, correction

@@ -217,13 +217,17 @@ class Governor:
                 limit = no_progress_limit or self.task_limits.get(
                     task_type or "", self.no_progress_limit
                 )
-                monitor = Monitor(
-                    limit=limit,
-                    window=self.window,
-                    normalizers=self.normalizers,
-                    threshold=self.similarity,
-                    detectors=self.detectors,
-                )
+
+                def make_monitor(limit: int = limit) -> Monitor:
+                    return Monitor(
+                        limit=limit,
+                        window=self.window,
+                        normalizers=self.normalizers,
+                        threshold=self.similarity,
+                        detectors=self.detectors,
+                    )
+
+                monitor = make_monitor()
                 st = SessionState.new(
                     run_id,
                     budgets=budgets or self.default_budgets or Budgets(),
@@ -233,6 +237,7 @@ class Governor:
                     agent=agent or self.agent,
                     task_type=task_type,
                 )
+                st.make_monitor = make_monitor
                 self._load_generation(st)
                 self._sessions[run_id] = st
                 while len(self._sessions) > 10_000:  # forget the oldest sessions' in-process state
@@ -322,9 +327,14 @@ class Session:
         idempotency_key: str | None = None,
         step_id: str | None = None,
         run: Callable[..., Any] | None = None,
+        agent: str | None = None,
     ) -> Outcome:
         """Run one tool call through headway. Returns an Outcome; raises only
         ArgumentError, KeyReuseError and Stop.
+
+        ``agent`` names the agent making the call in a multi-agent run (a crew, a team):
+        the session's cache and budgets are shared, while each agent has its own repeat,
+        cycle and no-progress stream.
 
         ``run`` runs the tool for this call instead of the registered function (called with
         the arguments as keywords): how integrations govern tools their framework executes.
@@ -332,7 +342,7 @@ class Session:
         """
         gov = self.governor
         c = _pipeline.begin(
-            gov, self._st, name, {} if args is None else args, idempotency_key, step_id, run
+            gov, self._st, name, {} if args is None else args, idempotency_key, step_id, run, agent
         )
         if isinstance(c, Outcome):
             return c
@@ -346,11 +356,12 @@ class Session:
         idempotency_key: str | None = None,
         step_id: str | None = None,
         run: Callable[..., Any] | None = None,
+        agent: str | None = None,
     ) -> Outcome:
         """``call`` for async code: async tools are awaited, sync tools run in a thread."""
         gov = self.governor
         c = _pipeline.begin(
-            gov, self._st, name, {} if args is None else args, idempotency_key, step_id, run
+            gov, self._st, name, {} if args is None else args, idempotency_key, step_id, run, agent
         )
         if isinstance(c, Outcome):
             return c
@@ -373,7 +384,8 @@ class Session:
     def user_turn(self) -> None:
         """A new user request: repeat and no-progress counters reset, budgets do not."""
         with self._st.lock:
-            self._st.monitor.user_turn()
+            for monitor in self._st.monitors():
+                monitor.user_turn()
 
     def audit_records(self) -> list[dict[str, Any]]:
         return self.governor.audit_records(self.id)

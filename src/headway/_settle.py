@@ -64,27 +64,35 @@ def settle(gov: Governor, st: SessionState, c: Call) -> Outcome:
         correction = c.correction
         stop: Stop | None = None
         if c.known and not c.coalesced:
+            monitor = st.monitor_of(c.agent)
+            status = c.status
+            if status is CACHED and c.agent is not None and not monitor.may_correct(c.key):
+                # fetched by another agent: new to this one, judged like a fresh result
+                status = EXECUTED
             text = c.error.get("message") if c.error else None
-            if c.status in _WITH_TEXT:
+            if status in _WITH_TEXT:
                 text = c.text if c.text is not None else result_text(c.value)
                 c.text = text
-            obs = st.monitor.observation(
+            obs = monitor.observation(
                 index,
                 spec.name,
                 c.key,
                 c.args_id,
                 c.effect,
-                c.status,
+                status,
                 text,
                 c.fingerprint,
                 c.canon,
             )
-            v = st.monitor.after(spec, obs, c.value, now, st.no_progress_limit)
+            v = monitor.after(spec, obs, c.value, now, st.no_progress_limit)
             mark, signals = v.mark, v.signals
             if correction is None:
                 correction = v.correction
             if v.stop is not None:
-                stop = LoopDetected(v.stop) if v.stop_kind == "loop" else BudgetExceeded(v.stop)
+                diag = v.stop if c.agent is None else {**v.stop, "agent": c.agent}
+                stop = LoopDetected(diag) if v.stop_kind == "loop" else BudgetExceeded(diag)
+        if correction is not None and c.agent is not None:  # name the agent it is meant for
+            correction = f"[agent {c.agent}] {correction}"
         if stop is None and reached is not None:
             stop = BudgetExceeded(diagnostic(*reached, index, st.monitor.last_progress_step))
         if stop is not None:
@@ -93,7 +101,7 @@ def settle(gov: Governor, st: SessionState, c: Call) -> Outcome:
             c.would = "stop"
         meter = st.meter
         budget = (meter.calls, meter.per_tool.get(spec.name, 0), meter.retries.get(spec.name, 0))
-        last_progress = st.monitor.last_progress_step
+        last_progress = st.monitor_of(c.agent).last_progress_step
     outcome: Outcome = _outcome(  # Outcome's fields in order, without its __new__ frame
         Outcome,
         (
@@ -138,7 +146,7 @@ def _audit(
         signals,
         budget,
         last_progress,
-        st.agent,
+        c.agent or st.agent,
         st.session_id,
         error_code,
         stop,

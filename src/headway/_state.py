@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from .budgets import Budgets, Meter
 from .detectors import Monitor
 from .errors import Stop
+
+_MAX_AGENTS = 1_000
 
 
 @dataclasses.dataclass(slots=True)
@@ -28,6 +31,23 @@ class SessionState:
     key_prefixes: dict[str, tuple[Any, int, str]] = dataclasses.field(default_factory=dict)
     unknown_writes: dict[str, float] = dataclasses.field(default_factory=dict)  # §5.4
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    # multi-agent runs: each named agent's own repeat / cycle / no-progress stream
+    agents: dict[str, Monitor] = dataclasses.field(default_factory=dict)
+    make_monitor: Callable[[], Monitor] | None = None
+
+    def monitor_of(self, agent: str | None) -> Monitor:
+        """The detector stream of ``agent`` (the session's own for None or its agent)."""
+        if agent is None or agent == self.agent or self.make_monitor is None:
+            return self.monitor
+        monitor = self.agents.get(agent)
+        if monitor is None:
+            while len(self.agents) >= _MAX_AGENTS:  # bounded: forget the oldest agent
+                self.agents.pop(next(iter(self.agents)))
+            monitor = self.agents.setdefault(agent, self.make_monitor())  # atomic
+        return monitor
+
+    def monitors(self) -> list[Monitor]:
+        return [self.monitor, *self.agents.values()]
 
     @classmethod
     def new(

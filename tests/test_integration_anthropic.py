@@ -1,0 +1,144 @@
+"""Claude's tool use: the Anthropic SDK's real tool runner, against a scripted Messages API
+served by an httpx mock transport (no network), through govern_tools."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+import headway
+
+if os.environ.get("CI", "").lower() not in ("1", "true", "yes"):
+    pytest.importorskip("anthropic", reason="anthropic is not installed")
+
+import anthropic
+import httpx2 as httpx
+from anthropic import beta_tool
+
+from headway.integrations.anthropic import govern_tools
+
+
+class ScriptedClaude:
+    """Answers each request with the next scripted tool call, then a final text; records
+    the tool results it was sent."""
+
+    def __init__(self, calls: Sequence[tuple[str, dict[str, Any]]]) -> None:
+        self.calls = list(calls)
+        self.results: list[dict[str, Any]] = []
+        self.ids = itertools.count()
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        last = body["messages"][-1]
+        if last["role"] == "user" and isinstance(last["content"], list):
+            self.results += [b for b in last["content"] if b.get("type") == "tool_result"]
+        n = len(self.results)
+        if n < len(self.calls):
+            name, args = self.calls[n]
+            content = [
+                {"type": "tool_use", "id": f"toolu_{next(self.ids)}", "name": name, "input": args}
+            ]
+            stop = "tool_use"
+        else:
+            content, stop = [{"type": "text", "text": "done"}], "end_turn"
+        message = {
+            "id": f"msg_{n}",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-test",
+            "content": content,
+            "stop_reason": stop,
+            "stop_sequence": None,
+            "usage": {"input_tokens": 1, "output_tokens": 1},
+        }
+        return httpx.Response(200, json=message)
+
+
+def _run(gov: headway.Governor, tools: list[Any], claude: ScriptedClaude, session: str) -> Any:
+    client = anthropic.Anthropic(
+        api_key="test", http_client=httpx.Client(transport=httpx.MockTransport(claude))
+    )
+    governed = govern_tools(gov, tools, session=session)
+    runner = client.beta.messages.tool_runner(
+        model="claude-test",
+        max_tokens=100,
+        messages=[{"role": "user", "content": "go"}],
+        tools=governed,
+        max_iterations=60,
+    )
+    governed.runner = runner
+    runner.until_done()
+    return governed
+
+
+def test_a_deterministic_read_asked_three_times_runs_once_then_is_corrected() -> None:
+    gov = headway.Governor()
+    runs: list[str] = []
+
+    @beta_tool
+    def company(ticker: str) -> str:
+        """Company overview."""
+        runs.append(ticker)
+        return f"{ticker}: Apple Inc."
+
+    gov.register("company", None, effect="read", deterministic=True)
+    claude = ScriptedClaude([("company", {"ticker": "AAPL"})] * 3)
+    _run(gov, [company], claude, "a")
+    assert runs == ["AAPL"]
+    assert [bool(r.get("is_error")) for r in claude.results] == [False, False, True]
+    assert "identical" in json.dumps(claude.results[2]["content"])
+
+
+def test_a_changing_poll_is_never_corrected_or_stopped() -> None:
+    gov = headway.Governor()
+    polls = itertools.count(1)
+
+    @beta_tool
+    def status(job: str) -> str:
+        """Job status."""
+        n = next(polls)
+        return f"{job}: {'DONE' if n >= 10 else f'RUNNING {n * 10}%'}"
+
+    gov.register("status", None, effect="read", poll=True)
+    claude = ScriptedClaude([("status", {"job": "j"})] * 10)
+    governed = _run(gov, [status], claude, "b")
+    assert governed.stop is None
+    assert not any(r.get("is_error") for r in claude.results)
+
+
+def test_a_loop_without_progress_is_stopped_and_the_stop_is_reachable() -> None:
+    gov = headway.Governor()
+
+    @beta_tool
+    def search(q: str) -> str:
+        """Search."""
+        return "no results for that query, try something else entirely"
+
+    gov.register("search", None, effect="read")
+    claude = ScriptedClaude([("search", {"q": f"v{n % 2}"}) for n in range(40)])
+    governed = _run(gov, [search], claude, "c")
+    assert isinstance(governed.stop, headway.LoopDetected)
+    assert len(claude.results) < 40  # the runner was closed: the run ended early
+    with pytest.raises(headway.LoopDetected):
+        governed.raise_if_stopped()
+
+
+def test_a_tool_error_repeated_three_times_gets_the_repeated_error_correction() -> None:
+    gov = headway.Governor()
+
+    @beta_tool
+    def book(amount: int) -> str:
+        """Book."""
+        return "Error: payment amount does not add up"
+
+    gov.register("book", None, effect="write")
+    claude = ScriptedClaude([("book", {"amount": 5})] * 3)
+    _run(gov, [book], claude, "d")
+    texts = [json.dumps(r["content"]) for r in claude.results]
+    assert all(r.get("is_error") for r in claude.results)
+    assert "will fail again" in texts[2]

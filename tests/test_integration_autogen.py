@@ -1,0 +1,148 @@
+"""AutoGen agentchat: real teams of AssistantAgents, scripted by ReplayChatCompletionClient,
+with GovernedTool and GovernedWorkbench."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+import headway
+
+if os.environ.get("CI", "").lower() not in ("1", "true", "yes"):
+    pytest.importorskip("autogen_agentchat", reason="autogen-agentchat is not installed")
+    pytest.importorskip("autogen_ext.models.replay", reason="autogen-ext is not installed")
+
+from autogen_agentchat.agents import AssistantAgent
+from autogen_agentchat.conditions import MaxMessageTermination
+from autogen_agentchat.messages import ToolCallExecutionEvent
+from autogen_agentchat.teams import RoundRobinGroupChat
+from autogen_core import FunctionCall
+from autogen_core.models import CreateResult, ModelFamily, ModelInfo, RequestUsage
+from autogen_core.tools import FunctionTool, StaticWorkbench
+from autogen_ext.models.replay import ReplayChatCompletionClient
+
+from headway.integrations.autogen import GovernedTool, GovernedWorkbench
+
+IDS = itertools.count()
+INFO = ModelInfo(
+    vision=False,
+    function_calling=True,
+    json_output=False,
+    family=ModelFamily.UNKNOWN,
+    structured_output=False,
+)
+
+
+def _model(calls: Sequence[tuple[str, dict[str, Any]]]) -> ReplayChatCompletionClient:
+    """A model that makes one tool call per turn, in order."""
+    results = [
+        CreateResult(
+            finish_reason="function_calls",
+            content=[FunctionCall(id=f"call-{next(IDS)}", name=name, arguments=json.dumps(args))],
+            usage=RequestUsage(prompt_tokens=0, completion_tokens=0),
+            cached=False,
+        )
+        for name, args in calls
+    ]
+    return ReplayChatCompletionClient(results, model_info=INFO)
+
+
+async def _run(team: RoundRobinGroupChat) -> list[Any]:
+    """The tool results of the run, in order."""
+    results = []
+    async for event in team.run_stream(task="go"):
+        if isinstance(event, ToolCallExecutionEvent):
+            results += event.content
+    return results
+
+
+def _company(runs: list[str]) -> FunctionTool:
+    def company(ticker: str) -> str:
+        """Company overview."""
+        runs.append(ticker)
+        return f"{ticker}: Apple Inc."
+
+    return FunctionTool(company, description="Company overview.")
+
+
+async def test_two_agents_share_the_cache_and_each_is_judged_on_its_own_calls() -> None:
+    gov = headway.Governor()
+    gov.register("company", None, effect="read", deterministic=True)
+    runs: list[str] = []
+    tool = GovernedTool(gov, _company(runs), session="team-1")
+    read = ("company", {"ticker": "AAPL"})
+    researcher = AssistantAgent("researcher", model_client=_model([read] * 3), tools=[tool])
+    writer = AssistantAgent("writer", model_client=_model([read, read]), tools=[tool])
+    team = RoundRobinGroupChat([researcher, writer], termination_condition=MaxMessageTermination(6))
+    results = await _run(team)
+    # researcher, writer, researcher, writer, researcher
+    assert runs == ["AAPL"]  # one execution for the whole team
+    assert [r.is_error for r in results] == [False, False, False, False, True]
+    assert "[agent researcher]" in results[4].content
+    audit = gov.audit_records("team-1")
+    assert [r["agent"] for r in audit] == ["researcher", "writer"] * 2 + ["researcher"]
+
+
+async def test_a_changing_poll_is_never_corrected_or_stopped() -> None:
+    gov = headway.Governor()
+    polls = itertools.count(1)
+
+    def status(job: str) -> str:
+        """Job status."""
+        n = next(polls)
+        return f"{job}: {'DONE' if n >= 10 else f'RUNNING {n * 10}%'}"
+
+    gov.register("status", None, effect="read", poll=True)
+    tool = GovernedTool(gov, FunctionTool(status, description="Job status."))
+    agent = AssistantAgent(
+        "poller", model_client=_model([("status", {"job": "j"})] * 10), tools=[tool]
+    )
+    team = RoundRobinGroupChat(
+        [agent], termination_condition=MaxMessageTermination(11) | tool.termination
+    )
+    results = await _run(team)
+    assert len(results) == 10 and not any(r.is_error for r in results)
+    assert tool.headway_stop is None
+
+
+async def test_a_loop_without_progress_ends_the_team_run_with_the_stop_reachable() -> None:
+    gov = headway.Governor()
+
+    def search(q: str) -> str:
+        """Search."""
+        return "no results for that query, try something else entirely"
+
+    gov.register("search", None, effect="read")
+    bench = GovernedWorkbench(gov, StaticWorkbench([FunctionTool(search, description="Search.")]))
+    calls = [("search", {"q": f"v{n % 2}"}) for n in range(30)]
+    agent = AssistantAgent("searcher", model_client=_model(calls), workbench=bench)
+    team = RoundRobinGroupChat(
+        [agent], termination_condition=MaxMessageTermination(31) | bench.termination
+    )
+    results = await _run(team)
+    assert isinstance(bench.headway_stop, headway.LoopDetected)
+    assert len(results) < 30  # ended by headway, not by the message limit
+    assert results[-1].is_error and "headway stopped this run" in results[-1].content
+
+
+async def test_a_tool_error_repeated_three_times_gets_the_repeated_error_correction() -> None:
+    gov = headway.Governor()
+
+    def book(amount: int) -> str:
+        """Book."""
+        raise ValueError("payment amount does not add up")
+
+    gov.register("book", None, effect="write")
+    bench = GovernedWorkbench(gov, StaticWorkbench([FunctionTool(book, description="Book.")]))
+    agent = AssistantAgent(
+        "booker", model_client=_model([("book", {"amount": 5})] * 3), workbench=bench
+    )
+    team = RoundRobinGroupChat([agent], termination_condition=MaxMessageTermination(4))
+    results = await _run(team)
+    assert [r.is_error for r in results] == [True, True, True]
+    assert "will fail again" in results[2].content
