@@ -1,6 +1,6 @@
 """Replay the published agent runs in ../shared/traces/ through a Governor.
 
-    python bench/replay_traces.py [--traces DIR] [--limit N]
+    python bench/replay_traces.py [--traces DIR] [--limit N] [--source NAME ...]
 
 Each recorded call goes through a real Governor in enforce mode; the recorded observation
 stands in for the tool. Tools are declared by what they do: tau-bench's write tools (the
@@ -276,6 +276,9 @@ def main() -> None:
         action="store_true",
         help="ignore resources=: every write invalidates all cached reads",
     )
+    ap.add_argument(
+        "--source", action="append", choices=SOURCES, help="replay only this source (repeatable)"
+    )
     a = ap.parse_args()
     if not a.traces.exists():
         print(f"no traces at {a.traces}: nothing to replay")
@@ -284,7 +287,7 @@ def main() -> None:
         f"{'source':<26} {'runs':>5} {'calls':>6} {'exec':>6} {'cached':>6} {'stale':>5} "
         f"{'corr.calls':>10} {'runs corr.':>10} {'runs stopped':>18}"
     )
-    for source in SOURCES:
+    for source in a.source or SOURCES:
         path = a.traces / f"{source}.calls.jsonl.gz"
         if not path.exists():
             continue

@@ -117,6 +117,7 @@ class Monitor:
         "_last_value",
         "_memo",
         "_norms",
+        "_page",
         "_polls",
         "_probes",
         "_units",
@@ -160,6 +161,7 @@ class Monitor:
         self._polls: dict[str, tuple[int, float]] = {}  # key -> (unchanged polls, since)
         self._units: dict[int, int] = {}  # content units of the window's results -> count
         self._probes: dict[int, int] = {}  # (tool, query shape, short result) in the window
+        self._page: Observation | None = None  # the window's last long result
 
     def user_turn(self) -> None:
         """A new user request: repeat and no-progress counters start again."""
@@ -174,6 +176,7 @@ class Monitor:
         self._norms.clear()
         self._units.clear()
         self._probes.clear()
+        self._page = None
         self.pushed += 1
 
     # -- before a call -------------------------------------------------------------
@@ -351,12 +354,11 @@ class Monitor:
             signals["near_duplicate"] = True
 
     def _edits_last(self, step: Observation) -> bool:
-        """The result is the previous step's result changed in place (near-duplicate of
-        it, with content the window has not seen: checked by the caller)."""
-        if not self.window:
-            return False
-        last = self.window[-1]
-        return last.norm is not None and self._near(step, last)
+        """The result is the last page seen changed in place: a near-duplicate of the
+        window's last long result (short answers in between, such as "Clicked", do not
+        count), with content the window has not seen (checked by the caller)."""
+        last = self._page
+        return last is not None and self._near(step, last)
 
     def _similar_call(self, step: Observation) -> bool:
         """Long arguments like those of a recent call of the same tool (an instruction
@@ -510,6 +512,8 @@ class Monitor:
                     del norms[old.norm]
                 _uncount(self._probes, (old.probe,) if old.probe else ())
                 _uncount(self._units, old.units)
+                if self._page is old:
+                    self._page = None
         window.append(step)
         keys[step.key] = keys.get(step.key, 0) + 1
         self.pushed += 1
@@ -520,6 +524,8 @@ class Monitor:
                 probes[step.probe] = probes.get(step.probe, 0) + 1
             for u in step.units:
                 units[u] = units.get(u, 0) + 1
+            if step.units:
+                self._page = step
         earlier = last.get(step.key)
         if earlier is not None and (step.status is CACHED or step.status is CORRECTED):
             earlier.unchanged = True  # served again: the result did not change

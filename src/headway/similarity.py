@@ -47,7 +47,7 @@ def strip_element_refs(text: str) -> str:
     return _REFS.sub("[#]", text) if "]<" in text else text
 
 
-DEFAULT_NORMALIZERS: tuple[Normalizer, ...] = (strip_wrappers, strip_volatile, strip_element_refs)
+DEFAULT_NORMALIZERS: tuple[Normalizer, ...] = (strip_wrappers, strip_volatile)
 SHORT = 64  # results shorter than this (after normalisation) compare exactly
 _CAP = 2048  # head and tail kept for shingling: similarity cost is bounded per result
 
@@ -64,18 +64,14 @@ def normalize(text: str, normalizers: Sequence[Normalizer]) -> str:
 
 
 UNITS = 256  # content units kept per result: memory and cost per step stay bounded
-_HEADED = 8  # a result with more lines than this is a page: its first line is a header
 
 
 def content_units(text: str) -> frozenset[int]:
     """The content of a (normalised) result as hashes of its lines, whitespace collapsed;
-    a long result's lines are grouped into at most ``UNITS`` runs, and the first line of a
-    page (an echo of the action) is left out. A unit the window has not seen is new
-    content: one changed line of a large page is new."""
+    a long result's lines are grouped into at most ``UNITS`` runs. A unit the window has
+    not seen is new content: one changed line of a large page is new."""
     lines = [" ".join(line.split()) for line in text.splitlines()]
     lines = [line for line in lines if line]
-    if len(lines) > _HEADED:
-        del lines[0]  # a page's first line echoes the action ("Clicked button X"): not content
     if len(lines) > UNITS:
         size = -(-len(lines) // UNITS)
         lines = ["\n".join(lines[i : i + size]) for i in range(0, len(lines), size)]
