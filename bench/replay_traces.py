@@ -30,6 +30,7 @@ from typing import Any
 
 import headway
 from headway.shell import command_effect, is_dynamic, shell_resources
+from headway.similarity import DEFAULT_NORMALIZERS, strip_element_refs
 
 DEFAULT = Path(__file__).resolve().parents[2] / "shared" / "traces"
 SOURCES = [
@@ -72,6 +73,11 @@ POLL_TOOLS = {"BashOutput", "TaskOutput"}  # status of a background shell: poll=
 
 
 FINE = "--all-writes-invalidate" not in sys.argv  # resources= on (the default) or off
+NORMALIZERS = (
+    (*DEFAULT_NORMALIZERS, strip_element_refs)
+    if "--strip-element-refs" in sys.argv
+    else DEFAULT_NORMALIZERS
+)
 
 
 def _file_path(args: Any) -> list[str] | None:
@@ -150,7 +156,7 @@ def observation(rec: dict[str, Any]) -> str:
 
 
 def replay_run(source: str, calls: list[dict[str, Any]]) -> dict[str, Any]:
-    gov = headway.Governor(audit=[])
+    gov = headway.Governor(audit=[], normalizers=NORMALIZERS)
     current: dict[str, Any] = {}
 
     def tool(**_: Any) -> str:
@@ -278,6 +284,11 @@ def main() -> None:
     )
     ap.add_argument(
         "--source", action="append", choices=SOURCES, help="replay only this source (repeatable)"
+    )
+    ap.add_argument(
+        "--strip-element-refs",
+        action="store_true",
+        help="add the opt-in normaliser of browser element numbers",
     )
     a = ap.parse_args()
     if not a.traces.exists():
