@@ -5,8 +5,11 @@
 Each recorded call goes through a real Governor in enforce mode; the recorded observation
 stands in for the tool. Tools are declared by what they do: tau-bench's write tools (the
 ``side_effect`` flag) are writes and its lookups deterministic reads; browser, viewer and
-delegation tools are uncached reads (they change only the agent's view); shell commands
-are classified read or write by ``headway.shell``; code execution is a write.
+delegation tools are uncached reads (they change only the agent's view; a delegation's
+result is the sub-agent's reply); ``BashOutput``-style status tools are ``poll=True``;
+shell commands are classified read or write by ``headway.shell`` and Claude Code's file
+reads are cached reads invalidated by writes; code execution is a write. Error results
+(tau-bench's ``Error: ...``) are recognised by the Governor's default predicate.
 
 Per source it prints: calls executed and served from cache, stale cache hits (a served
 result whose recorded sha1 differs from what the real tool returned: must be 0), runs with
