@@ -14,6 +14,7 @@ def test_all_is_pinned_and_sorted() -> None:
         "BudgetExceeded",
         "Budgets",
         "Classifier",
+        "ClosedError",
         "ConfigError",
         "Detector",
         "Governor",
@@ -52,10 +53,12 @@ def test_exception_tree() -> None:
         headway.ArgumentError,
         headway.KeyReuseError,
         headway.StoreError,
+        headway.ClosedError,
     ):
         assert issubclass(cls, headway.HeadwayError)
     assert issubclass(headway.ArgumentError, ValueError)
     assert issubclass(headway.StoreError, ConnectionError)
+    assert issubclass(headway.ClosedError, RuntimeError)
     assert issubclass(headway.LoopDetected, headway.Stop)
     assert issubclass(headway.BudgetExceeded, headway.Stop)
     assert not issubclass(headway.Stop, headway.HeadwayError)

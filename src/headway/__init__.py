@@ -17,6 +17,7 @@ from .detectors import Detector, Observation
 from .errors import (
     ArgumentError,
     BudgetExceeded,
+    ClosedError,
     ConfigError,
     HeadwayError,
     KeyReuseError,
@@ -39,6 +40,7 @@ __all__ = [
     "BudgetExceeded",
     "Budgets",
     "Classifier",
+    "ClosedError",
     "ConfigError",
     "Detector",
     "Governor",

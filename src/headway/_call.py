@@ -9,8 +9,9 @@ from typing import Any
 import orjson
 
 from ._canonical import digest
+from ._redact import scrub
 from ._spec import ToolSpec
-from .outcome import ERROR, Status
+from .outcome import ERROR, EXECUTED, Status, error_info
 
 INLINE = 256  # canonical arguments up to this long identify a call as they are
 
@@ -86,7 +87,7 @@ class Call:
 
     def flag(self, text: str) -> None:
         """Note something for the audit record's ``flags``."""
-        self.flags = (*self.flags, text)
+        self.flags = (*self.flags, scrub(text))
 
 
 _RESULT_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
@@ -102,8 +103,41 @@ def result_text(value: Any) -> str:
         pass  # integers past 64 bits, mixed key types, lone surrogates, very deep values
     try:
         return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
-    except (TypeError, ValueError, RecursionError):
+    except Exception:  # also a __str__ that raises
+        return _repr(value)
+
+
+def _repr(value: Any) -> str:
+    try:
         return repr(value)
+    except (ValueError, RecursionError) as exc:  # a 10,000-deep list, a 5,000-digit int
+        raise UnrecordableError(describe(exc)) from None
+    except Exception:  # a __repr__ that raises
+        return f"<{type(value).__name__}: text unavailable>"
+
+
+class UnrecordableError(ValueError):
+    """A result that cannot be written as text (so neither recorded nor shown)."""
+
+
+def recordable(c: Call) -> bool:
+    """Check that an executed call's result can be recorded (its text is kept); if not, the
+    call becomes an ERROR that says the tool ran. Keyed writes are left to idempotency."""
+    if c.status is not EXECUTED or c.text is not None or c.idem_key is not None:
+        return True
+    try:
+        c.text = result_text(c.value)
+    except UnrecordableError as exc:
+        c.status, c.value = ERROR, None
+        c.error = error_info(
+            "unrecordable_result",
+            f"{c.spec.name} ran, but its result cannot be recorded or shown ({exc})",
+            retryable=False,
+            hint="The call took effect: do not repeat it to get the result. Ask for a smaller "
+            "or simpler result instead.",
+        )
+        return False
+    return True
 
 
 def describe(exc: BaseException) -> str:

@@ -141,17 +141,31 @@ def _key(k: Any, path: str) -> str:
         k = k.value
     if not isinstance(k, str):
         raise ArgumentError(f"dict key {k!r} is a {type(k).__name__}, not a string", path)
-    return "$" + k if k.startswith("$") else str(k)
+    text = _text(k, path)
+    return "$" + text if text.startswith("$") else text
+
+
+def _text(s: str, path: str) -> str:
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ArgumentError("text with a lone surrogate is not valid Unicode", path) from None
+    return str(s)
 
 
 def _to_json(v: Any, path: str, seen: set[int]) -> Any:
     if v is None or isinstance(v, bool | str):
-        return str(v) if isinstance(v, str) else v
+        return _text(v, path) if isinstance(v, str) else v
     if isinstance(v, enum.Enum):
         return _to_json(v.value, path, seen)
     if isinstance(v, int):
         v = int(v)
-        return v if -_MAX_SAFE <= v <= _MAX_SAFE else {"$int": str(v)}
+        if -_MAX_SAFE <= v <= _MAX_SAFE:
+            return v
+        try:
+            return {"$int": str(v)}
+        except ValueError:  # past Python's int-to-text limit (4,300 digits by default)
+            raise ArgumentError(f"integer of {v.bit_length()} bits is too large", path) from None
     if isinstance(v, float):
         if math.isnan(v):
             return {"$float": "NaN"}

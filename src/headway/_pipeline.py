@@ -20,11 +20,12 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ._attempts import execute
-from ._call import Call, describe, identity, result_text
+from ._call import Call, describe, identity, recordable, result_text
 from ._canonical import canonical_json, digest
 from ._effects import Blocking, Plan, Sleep, Wait
 from ._settle import check_stop, settle
 from ._spec import ToolSpec
+from .audit import summarize
 from .errors import ArgumentError
 from .idempotency import step_key
 from .outcome import CACHED, CORRECTED, EXECUTED, UNKNOWN, Outcome, error_info
@@ -52,6 +53,8 @@ def begin(
     now = gov.clock()
     if st.stop is not None or now >= st.meter.deadline:
         check_stop(gov, st, now)
+    if type(name) is not str:
+        raise ArgumentError(f"the tool name must be a string, not {type(name).__name__}", "name")
     if type(args) is not dict and not isinstance(args, Mapping):
         raise ArgumentError(
             f"arguments must be a mapping of names to values, not {type(args).__name__}"
@@ -166,7 +169,12 @@ def _cache_key(gov: Governor, st: SessionState, c: Call) -> str:
 
 def _fresh(gov: Governor, spec: ToolSpec, entry: Any) -> bool:
     """A cache entry that may be served (a TTL entry within its TTL)."""
-    return isinstance(entry, dict) and (spec.ttl is None or gov.clock() - entry["t"] < spec.ttl)
+    if type(entry) is not dict or "v" not in entry:
+        return False  # absent, or not a record headway wrote: never served, never raised
+    if spec.ttl is None:
+        return True
+    t = entry.get("t")
+    return (type(t) is float or type(t) is int) and gov.clock() - t < spec.ttl
 
 
 def _served(gov: Governor, st: SessionState, c: Call, entry: Any) -> bool:
@@ -177,7 +185,8 @@ def _served(gov: Governor, st: SessionState, c: Call, entry: Any) -> bool:
     monitor = st.monitor_of(c.agent)
     if (fresh is not None or not spec.ttl) and monitor.may_correct(c.key):
         with st.lock:
-            correction = monitor.before(spec, c.key, "read", c.canon)
+            shown = summarize(c.canon, spec.redact_names, 300)  # never a secret in a correction
+            correction = monitor.before(spec, c.key, "read", shown)
         if correction is not None:
             if gov.enforce:
                 c.status, c.correction = CORRECTED, correction
@@ -202,6 +211,7 @@ def _read(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
             return
     if c.cache_key is None:
         yield from execute(gov, st, c)
+        recordable(c)
         return
     # shadow mode runs every call as if headway were absent: no coalescing
     leader, future = gov.flights.join(c.cache_key) if gov.enforce else (False, None)
@@ -225,8 +235,8 @@ def _read(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
                 c.result_digest, c.result_size = entry.get("d"), entry.get("n")
                 return
         yield from execute(gov, st, c)
-        if c.status is EXECUTED:
-            c.text = result_text(c.value)
+        if c.status is EXECUTED and recordable(c):
+            c.text = c.text if c.text is not None else result_text(c.value)
             if len(c.text) <= gov.max_cached_bytes:
                 c.result_digest, c.result_size = digest(c.text), len(c.text)
                 entry = {"v": c.value, "t": gov.clock(), "d": c.result_digest, "n": c.result_size}
@@ -379,5 +389,6 @@ def flag_store_error(c: Call, exc: BaseException) -> None:
 def execute_write(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
     """Run a write; if it may have acted, the session's cached reads are stale."""
     yield from execute(gov, st, c)
+    recordable(c)
     if c.executed or c.status is UNKNOWN:
         yield from invalidate(gov, st, c)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -15,7 +16,9 @@ from pathlib import Path
 from typing import Any, TypeVar, overload
 
 from . import _pipeline
+from ._call import describe
 from ._effects import Flights, drive_async, drive_sync
+from ._redact import scrub
 from ._settle import check_stop, reach
 from ._spec import ToolSpec, error_result, make_spec, options_from_mcp
 from ._state import SessionState
@@ -23,12 +26,13 @@ from .audit import AuditSink, MemoryAudit
 from .breaker import Breaker
 from .budgets import Budgets, diagnostic
 from .detectors import Detector, Monitor
-from .errors import BudgetExceeded, ConfigError
+from .errors import BudgetExceeded, ClosedError, ConfigError
 from .idempotency import Writes
 from .outcome import Outcome
 from .retry import default_rng
 from .similarity import DEFAULT_NORMALIZERS, Normalizer
 from .stores import MemoryStore, Store
+from .stores._signed import SignedStore
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -45,6 +49,11 @@ class Governor:
 
     ``enforce=False`` is shadow mode (semantics §9): every call runs as if headway were
     absent, and the audit records what headway would have done.
+
+    ``secret`` (default: the ``HEADWAY_SECRET`` environment variable) turns record
+    integrity on: every stored record carries an HMAC over its key and content, and a
+    record that fails the check is treated as absent (an idempotency record: as a store
+    fault, so keyed writes fail closed).
     """
 
     def __init__(
@@ -74,7 +83,12 @@ class Governor:
         on_retry: Callable[[dict[str, Any]], None] | None = None,
         agent: str | None = None,
         is_error: Callable[[Any], bool] | None = error_result,
+        secret: str | None = None,
     ) -> None:
+        if secret is None:
+            secret = os.environ.get("HEADWAY_SECRET") or None
+        elif not isinstance(secret, str) or not secret:
+            raise ConfigError("secret must be a non-empty string (or None: no record integrity)")
         if no_progress_limit < 1 or window < 2:
             raise ConfigError("no_progress_limit must be >= 1 and window >= 2")
         if not 0 < similarity <= 1:
@@ -82,6 +96,8 @@ class Governor:
         if store_failure not in ("closed", "open"):
             raise ConfigError("store_failure must be 'closed' (keyed writes refused) or 'open'")
         self.store: Store = store if store is not None else MemoryStore()
+        if secret is not None:  # record integrity: every stored value carries an HMAC
+            self.store = SignedStore(self.store, secret)
         self.enforce = enforce
         self.no_progress_limit = no_progress_limit
         self.window = window
@@ -119,6 +135,7 @@ class Governor:
         self._session_cache = False  # any tool caching per session (writes must invalidate)
         self._sessions: dict[str, SessionState] = {}
         self._sessions_lock = threading.Lock()
+        self.closed = False
 
     @classmethod
     def from_config(cls, path: str | Path, **overrides: Any) -> Governor:
@@ -211,6 +228,8 @@ class Governor:
         agent: str | None = None,
     ) -> Session:
         """Open (or resume, in this process) the session of one agent run."""
+        if self.closed:
+            raise ClosedError("this Governor is closed: create a new one to open sessions")
         with self._sessions_lock:
             st = self._sessions.get(run_id)
             if st is None:
@@ -259,8 +278,14 @@ class Governor:
                 if not self.store.add(self.generation_key(st.session_id), saved, self.cache_gc_s):
                     saved = self.store.get(self.generation_key(st.session_id)) or saved
             except Exception as exc:  # reads fail open: the session works, just uncached
-                log.warning("store unavailable at session start (%s): %s", st.session_id, exc)
-        st.generation.update({str(k): int(v) for k, v in saved.items()})
+                log.warning(
+                    "store unavailable at session start (%s): %s", st.session_id, scrub(str(exc))
+                )
+        try:
+            epochs = {str(k): int(v) for k, v in saved.items()}
+        except (TypeError, ValueError):  # a malformed record: start from a fresh epoch
+            epochs = {"*": int(time.time() * 1000)}
+        st.generation.update(epochs)
 
     def generation_key(self, session_id: str) -> str:
         return f"{self.namespace}:gen:{{{session_id}}}"
@@ -287,11 +312,13 @@ class Governor:
         return []
 
     def report_sink_error(self, sink: AuditSink, exc: Exception) -> None:
-        log.error("audit sink %s failed: %s", type(sink).__name__, exc)
+        log.error("audit sink %s failed: %s", type(sink).__name__, scrub(describe(exc)))
 
     def close(self) -> None:
-        """Close the store (its connections); the governor is not used afterwards."""
-        self.store.close()
+        """Close the store (its connections); calls on its sessions then raise ClosedError."""
+        if not self.closed:
+            self.closed = True
+            self.store.close()
 
     def __enter__(self) -> Governor:
         return self
@@ -306,6 +333,22 @@ class Session:
     def __init__(self, gov: Governor, state: SessionState) -> None:
         self.governor = gov
         self._st = state
+        self.closed = False
+
+    def close(self) -> None:
+        """Close this handle: further calls through it raise ``ClosedError``. The run's
+        state stays (in the store and in the Governor): ``governor.session(run_id)`` resumes
+        it. Leaving a ``with`` block closes the handle."""
+        self.closed = True
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ClosedError(
+                f"session {self.id!r} is closed (its with block ended or close() was called): "
+                f"open it again with governor.session({self.id!r})"
+            )
+        if self.governor.closed:
+            raise ClosedError(f"session {self.id!r} cannot be used: its Governor is closed")
 
     @property
     def id(self) -> str:
@@ -330,7 +373,7 @@ class Session:
         agent: str | None = None,
     ) -> Outcome:
         """Run one tool call through headway. Returns an Outcome; raises only
-        ArgumentError, KeyReuseError and Stop.
+        ArgumentError, KeyReuseError and Stop (ClosedError on a closed session).
 
         ``agent`` names the agent making the call in a multi-agent run (a crew, a team):
         the session's cache and budgets are shared, while each agent has its own repeat,
@@ -340,6 +383,8 @@ class Session:
         the arguments as keywords): how integrations govern tools their framework executes.
         A name never registered is then declared with the safe default (an unkeyed write).
         """
+        if self.closed or self.governor.closed:
+            self._check_open()
         gov = self.governor
         c = _pipeline.begin(
             gov, self._st, name, {} if args is None else args, idempotency_key, step_id, run, agent
@@ -359,6 +404,8 @@ class Session:
         agent: str | None = None,
     ) -> Outcome:
         """``call`` for async code: async tools are awaited, sync tools run in a thread."""
+        if self.closed or self.governor.closed:
+            self._check_open()
         gov = self.governor
         c = _pipeline.begin(
             gov, self._st, name, {} if args is None else args, idempotency_key, step_id, run, agent
@@ -369,6 +416,7 @@ class Session:
 
     def record_turn(self, *, tokens: int = 0, cost: float = 0.0) -> None:
         """Report one model turn; the next call stops if a turn, token or cost budget ran out."""
+        self._check_open()
         gov, st = self.governor, self._st
         check_stop(gov, st)
         with st.lock:
@@ -394,10 +442,10 @@ class Session:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        return None
+        self.close()
 
     async def __aenter__(self) -> Session:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        return None
+        self.close()

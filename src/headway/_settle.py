@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._call import Call, result_text
 from ._canonical import digest
-from .audit import AuditRecord, args_field
+from .audit import AuditRecord, args_field, summarize
 from .budgets import diagnostic
 from .errors import BudgetExceeded, LoopDetected, Stop
 from .outcome import (
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 _WITH_TEXT = frozenset((EXECUTED, REPLAYED, FALLBACK))
 _outcome = tuple.__new__  # a NamedTuple built from its full field tuple: the cheapest way
 _WITH_VALUE = frozenset((EXECUTED, CACHED, REPLAYED, FALLBACK))
+_LARGE = 4096  # characters of arguments or result past which a record is made at once
 
 
 def reach(gov: Governor, st: SessionState, stop: Stop) -> None:
@@ -82,7 +83,7 @@ def settle(gov: Governor, st: SessionState, c: Call) -> Outcome:
                 status,
                 text,
                 c.fingerprint,
-                c.canon,
+                summarize(c.canon, spec.redact_names, 300),  # shown in corrections
             )
             v = monitor.after(spec, obs, c.value, now, st.no_progress_limit)
             mark, signals = v.mark, v.signals
@@ -152,6 +153,8 @@ def _audit(
         stop,
     )
     record = AuditRecord(_values, source, st.session_id)
+    if len(c.canon) > _LARGE or len(c.text or "") > _LARGE or (c.result_size or 0) > _LARGE:
+        record["time"]  # made now: a kept record must not hold the large call
     plain: dict[str, Any] | None = None
     for sink, lazy in gov.sink_modes:
         try:
@@ -179,7 +182,7 @@ def _values(source: tuple[Any, ...]) -> list[Any]:
         out.step,
         out.tool,
         c.args_digest,
-        args_field(c.canon, c.spec.redact),
+        args_field(c.canon, c.spec.redact_names),
         c.result_digest,
         c.result_size,
         c.status.value,

@@ -7,10 +7,10 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
+from ._redact import DEFAULT_NAMES
 from .errors import ConfigError
 
 Effect = Literal["read", "write"]
-DEFAULT_REDACT = ("password", "token", "secret", "api_key", "authorization")
 _NO_FALLBACK: Any = object()
 
 
@@ -42,9 +42,12 @@ class ToolSpec:
     reconcile: Callable[[str, Mapping[str, Any]], Any] | None = None
     classify: Any = None
     failed_final: bool = False
-    redact: tuple[str, ...] = DEFAULT_REDACT
+    redact: tuple[str, ...] = ()
+    redact_defaults: bool = True
     is_error: Callable[[Any], bool] | None = None  # None: the Governor's predicate decides
     is_async: bool = False
+    #: the argument names the audit masks: the defaults (unless turned off) plus ``redact``
+    redact_names: tuple[str, ...] = dataclasses.field(default=(), init=False)
 
     def __post_init__(self) -> None:
         if self.fn is not None and not callable(self.fn):
@@ -68,6 +71,8 @@ class ToolSpec:
                 raise ConfigError(f"tool {self.name!r}: {name} must be >= 1")
         fn = self.fn
         object.__setattr__(self, "is_async", inspect.iscoroutinefunction(fn))
+        defaults = DEFAULT_NAMES if self.redact_defaults else ()
+        object.__setattr__(self, "redact_names", (*defaults, *self.redact))
 
     @property
     def has_fallback(self) -> bool:
@@ -109,7 +114,12 @@ def error_result(value: Any) -> bool:
 
 def make_spec(name: str, fn: Callable[..., Any] | None, **options: Any) -> ToolSpec:
     """Build a spec from keyword options, turning lists into tuples and checking names."""
-    fields = {f.name for f in dataclasses.fields(ToolSpec)} - {"name", "fn", "is_async"}
+    fields = {f.name for f in dataclasses.fields(ToolSpec)} - {
+        "name",
+        "fn",
+        "is_async",
+        "redact_names",
+    }
     unknown = sorted(set(options) - fields)
     if unknown:
         raise ConfigError(f"tool {name!r}: unknown option(s) {', '.join(unknown)}")

@@ -14,14 +14,13 @@ import collections
 import functools
 import json
 import logging
-import re
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-_REDACTED = "[redacted]"
+from ._redact import names_pattern, normalise, redact, redact_json_text, scrub
 
 
 @runtime_checkable
@@ -68,6 +67,7 @@ class AuditRecord(Mapping[str, Any]):
         if make is not None:  # the first read (two racing readers make equal lists)
             self._values = make(self._source)
             self._make = None
+            self._source = ()  # the call's arguments and result are no longer held
         values = self._values
         if i == _ARGS and isinstance(values[i], _Canonical):
             values[i] = summarize(values[i].text, values[i].redact)
@@ -105,40 +105,25 @@ class ReadableSink(AuditSink, Protocol):
     def records(self, session_id: str) -> list[dict[str, Any]]: ...
 
 
-def redact(args: Any, names: Iterable[str] | re.Pattern[str], depth: int = 0) -> Any:
-    """A copy of ``args`` with secret-looking names masked at any depth (a name matches
-    when it contains one of ``names``, case-insensitively) and long strings cut."""
-    pattern = names if isinstance(names, re.Pattern) else secret_pattern(tuple(names))
-    if isinstance(args, Mapping):
-        return {
-            str(k): _REDACTED if pattern.search(str(k).lower()) else redact(v, pattern, depth + 1)
-            for k, v in args.items()
-        }
-    if isinstance(args, list | tuple) and depth < 8:
-        return [redact(v, pattern, depth + 1) for v in args[:50]]
-    if isinstance(args, str):
-        return args if len(args) <= 200 else args[:200] + "..."
-    if args is None or isinstance(args, bool | int | float):
-        return args
-    return repr(args)[:200]
-
-
-@functools.lru_cache(maxsize=256)
-def secret_pattern(names: tuple[str, ...]) -> re.Pattern[str]:
-    # matched against lower-cased text: IGNORECASE alternations are several times slower
-    return re.compile("|".join(re.escape(n.lower()) for n in names) or "(?!)")
-
-
-@functools.lru_cache(maxsize=4096)  # repeated calls repeat their arguments
 def summarize(canonical: str, names: tuple[str, ...], limit: int = 1000) -> str:
-    """The audit's ``args``: the canonical JSON text, redacted, cut at ``limit`` characters
-    (a JSON string, like OpenTelemetry's ``gen_ai.tool.call.arguments``)."""
-    pattern = secret_pattern(names)
-    if pattern.search(canonical.lower()):  # rare: walk the structure only when a name may match
-        canonical = json.dumps(
-            redact(json.loads(canonical), pattern), ensure_ascii=False, sort_keys=True
-        )
-    return canonical if len(canonical) <= limit else canonical[:limit] + "..."
+    """The audit's ``args``: the canonical JSON text, redacted (secret-named values at any
+    depth, secret shapes in values), cut at ``limit`` characters (a JSON string, like
+    OpenTelemetry's ``gen_ai.tool.call.arguments``). Long text is redacted without being
+    parsed: the cost and the memory stay bounded whatever the argument size."""
+    if len(canonical) > limit:
+        return redact_json_text(canonical, names, limit)
+    return _summarize_short(canonical, names, limit)
+
+
+@functools.lru_cache(maxsize=4096)  # repeated calls repeat their (short) arguments
+def _summarize_short(canonical: str, names: tuple[str, ...], limit: int) -> str:
+    if not names_pattern(names).search(normalise(canonical)) and scrub(canonical) == canonical:
+        return canonical  # the common case: nothing that could be a secret
+    try:
+        redacted = json.dumps(redact(json.loads(canonical), names), ensure_ascii=False)
+    except (ValueError, RecursionError):
+        return redact_json_text(canonical, names, limit)
+    return redacted if len(redacted) <= limit else redacted[:limit] + "..."
 
 
 class MemoryAudit:

@@ -40,7 +40,7 @@ from .budgets import Budgets
 from .errors import ConfigError
 from .retry import Retry
 
-_PYTHON_ONLY = {"fn", "name", "progress", "reconcile", "classify", "is_async"}
+_PYTHON_ONLY = {"fn", "name", "progress", "reconcile", "classify", "is_async", "redact_names"}
 _TOOL_FIELDS = {f.name for f in dataclasses.fields(ToolSpec)} - _PYTHON_ONLY
 _GOVERNOR_FIELDS = {
     "store",
@@ -59,6 +59,7 @@ _GOVERNOR_FIELDS = {
     "store_failure",
     "agent",
     "budgets",
+    "secret",
 }
 
 

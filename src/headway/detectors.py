@@ -15,6 +15,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NamedTuple, Protocol
 
+from ._call import describe
 from ._spec import ToolSpec
 from .outcome import CACHED, CORRECTED, ERROR, EXECUTED, FALLBACK, REPLAYED, UNKNOWN, Status, render
 from .similarity import (
@@ -354,11 +355,12 @@ class Monitor:
             signals["near_duplicate"] = True
 
     def _edits_last(self, step: Observation) -> bool:
-        """The result is the last page seen changed in place: a near-duplicate of the
-        window's last long result (short answers in between, such as "Clicked", do not
-        count), with content the window has not seen (checked by the caller)."""
+        """The result is the last page seen changed in place: a page (several lines) that
+        is a near-duplicate of the window's last long result (short answers in between,
+        such as "Clicked", do not count), with content the window has not seen (checked by
+        the caller). A one-line result says nothing of where it changed: not an edit."""
         last = self._page
-        return last is not None and self._near(step, last)
+        return len(step.units) > 1 and last is not None and self._near(step, last)
 
     def _similar_call(self, step: Observation) -> bool:
         """Long arguments like those of a recent call of the same tool (an instruction
@@ -378,7 +380,11 @@ class Monitor:
 
     def _plugins(self, step: Observation, signals: dict[str, Any]) -> None:
         for det in self.detectors:
-            extra = det.observe(step, self.window)
+            try:
+                extra = det.observe(step, self.window)
+            except Exception as exc:  # a plug-in must never break a call
+                signals[det.name] = {"error": describe(exc)[:200]}
+                continue
             if extra:
                 signals[det.name] = dict(extra)
                 step.duplicate = step.duplicate or bool(extra.get("duplicate"))
@@ -572,7 +578,10 @@ class Monitor:
         units: frozenset[int] = frozenset()
         probe = 0
         if text is not None and error is None and status not in (CACHED, CORRECTED):
-            applied = apply(text, self.normalizers)
+            try:
+                applied = apply(text, self.normalizers)
+            except Exception:  # a normaliser that fails: judge the text as it is
+                applied = text
             norm = " ".join(applied.split())
             if len(norm) < SHORT:
                 probe = hash((tool, query_shape(args), norm)) or 1

@@ -6,7 +6,8 @@ Errors (something is wrong with the input, the configuration or a store)::
     ├── ConfigError(HeadwayError, ValueError)     a tool spec or config file is invalid
     ├── ArgumentError(HeadwayError, ValueError)   arguments that cannot be canonicalised
     ├── KeyReuseError(HeadwayError, ValueError)   one idempotency key, different arguments
-    └── StoreError(HeadwayError, ConnectionError) a store cannot be reached or answered badly
+    ├── StoreError(HeadwayError, ConnectionError) a store cannot be reached or answered badly
+    └── ClosedError(HeadwayError, RuntimeError)   a call on a closed session or Governor
 
 Verdicts (the session is over; each carries a JSON-serialisable ``diagnostic``)::
 
@@ -14,8 +15,8 @@ Verdicts (the session is over; each carries a JSON-serialisable ``diagnostic``):
     ├── LoopDetected(Stop)    no progress for K steps (semantics §4.2)
     └── BudgetExceeded(Stop)  a budget ran out (semantics §4.3)
 
-A call raises only ``ArgumentError``, ``KeyReuseError`` and ``Stop``; everything else a
-tool does becomes an outcome.
+A call raises only ``ArgumentError``, ``KeyReuseError`` and ``Stop`` (and ``ClosedError``
+when made on a closed session or Governor); everything else a tool does becomes an outcome.
 """
 
 from __future__ import annotations
@@ -23,9 +24,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ._redact import scrub
+
 
 class HeadwayError(Exception):
-    """Base of headway's errors."""
+    """Base of headway's errors. Messages never show credentials (a URL's password, a
+    ``password=``, a token): they are redacted when the error is made."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(scrub(a) if isinstance(a, str) else a for a in args))
 
 
 class ConfigError(HeadwayError, ValueError):
@@ -54,6 +61,11 @@ class KeyReuseError(HeadwayError, ValueError):
 
 class StoreError(HeadwayError, ConnectionError):
     """A store could not be reached or failed an operation."""
+
+
+class ClosedError(HeadwayError, RuntimeError):
+    """A call on a session (or a Governor) that was closed: a bug in the caller, raised
+    before anything runs. Open a new session handle with ``governor.session(run_id)``."""
 
 
 class Stop(Exception):  # noqa: N818 - a verdict, not an error: "Stop" reads as what happened

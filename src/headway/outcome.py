@@ -6,6 +6,8 @@ import enum
 import json
 from typing import Any, NamedTuple
 
+from ._redact import scrub
+
 
 class Status(enum.StrEnum):
     EXECUTED = "executed"
@@ -35,8 +37,11 @@ def render(value: Any, limit: int = 4000) -> str:
     else:
         try:
             text = json.dumps(value, ensure_ascii=False, default=str)
-        except (TypeError, ValueError):
-            text = repr(value)
+        except (TypeError, ValueError, RecursionError):
+            try:
+                text = repr(value)
+            except (ValueError, RecursionError):
+                text = f"<a {type(value).__name__} too large or deep to show>"
     if len(text) > limit:
         text = text[:limit] + f"... [{len(text) - limit} more characters]"
     return text
@@ -92,7 +97,7 @@ class Outcome(NamedTuple):
                 "Do not repeat this call; continue with other work or check its effect."
             )
         elif s is Status.CORRECTED:
-            return self.correction or f"headway: {self.tool} was not run."
+            return scrub(self.correction or f"headway: {self.tool} was not run.")
         elif self.error is not None and self.error.get("code") == "error_result":
             text = str(self.error.get("message", ""))  # the tool's own answer, as it gave it
         else:
@@ -106,7 +111,7 @@ class Outcome(NamedTuple):
             if err.get("hint"):
                 text += f" {err['hint']}"
         if self.correction:
-            text += "\n" + self.correction
+            text += "\n" + scrub(self.correction)
         return text
 
 
@@ -114,4 +119,10 @@ def error_info(
     code: str, message: str, *, retryable: bool, hint: str = "", **extra: Any
 ) -> dict[str, Any]:
     """A structured error: the four fields every ERROR carries, plus any extras."""
-    return {"code": code, "retryable": retryable, "message": message, "hint": hint, **extra}
+    return {
+        "code": code,
+        "retryable": retryable,
+        "message": scrub(message),
+        "hint": scrub(hint),
+        **extra,
+    }

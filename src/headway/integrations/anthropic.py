@@ -22,7 +22,7 @@ from typing import Any
 from .._session import Governor
 from ..errors import Stop
 from ..outcome import Outcome
-from ._common import declare, require
+from ._common import require
 
 require("anthropic", "anthropic")
 
@@ -54,7 +54,6 @@ def govern_tools(
     all in the headway session ``session`` (one per run: give each run its own id)."""
     governed = GovernedTools(())
     for tool in tools:
-        declare(gov, tool.name)
         cls = _AsyncTool if inspect.iscoroutinefunction(tool.func) else _SyncTool
         governed.append(cls(gov, tool, session, governed))
     return governed

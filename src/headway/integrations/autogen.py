@@ -20,7 +20,7 @@ from typing import Any
 from .._session import Governor
 from ..errors import Stop
 from ..outcome import Outcome
-from ._common import declare, require, step_of
+from ._common import require, step_of
 
 require("autogen_agentchat", "autogen")
 
@@ -61,9 +61,9 @@ class _Governs:
     async def _govern(
         self, name: str, args: Mapping[str, Any], call_id: str | None, run: Any
     ) -> Outcome | str:
-        spec = declare(self.governor, name)
+        spec = self.governor.spec(name)  # an undeclared tool is declared by its first call
         session_id, agent = _where(self.session_id)
-        step = step_of(call_id) if spec.effect != "read" else None
+        step = step_of(call_id) if spec is None or spec.effect != "read" else None
         try:
             return await self.governor.session(session_id).acall(
                 name, dict(args), run=run, agent=agent, step_id=step
@@ -88,7 +88,6 @@ class GovernedTool(_Governs, BaseTool[BaseModel, Any]):
         _Governs.__init__(self, gov, session, termination)
         BaseTool.__init__(self, tool.args_type(), tool.return_type(), tool.name, tool.description)
         self.tool = tool
-        declare(gov, tool.name)
 
     async def run(self, args: BaseModel, cancellation_token: CancellationToken) -> Any:
         return await self.tool.run(args, cancellation_token)

@@ -16,7 +16,7 @@ from typing import Any
 from .._session import Governor, Session
 from ..errors import Stop
 from ..outcome import Outcome, Status
-from ._common import declare, require
+from ._common import require
 
 require("llama_index.core", "llamaindex")
 
@@ -42,7 +42,6 @@ class GovernedTool(AsyncBaseTool):
         self.stop: Stop | None = None
         name = self.tool.metadata.get_name()
         self.name = name
-        declare(gov, name)
 
     @property
     def metadata(self) -> ToolMetadata:

@@ -18,7 +18,7 @@ from typing import Any
 
 from .._session import Governor
 from ..errors import Stop
-from ._common import declare, require
+from ._common import require
 
 require("smolagents", "smolagents")
 
@@ -42,7 +42,6 @@ class GovernedTool(Tool):  # type: ignore[misc]  # smolagents is untyped
         super().__init__()
         self.governor, self.tool, self.session_id = gov, tool, session
         self.stop: Stop | None = None
-        declare(gov, tool.name)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         if args:  # one positional input (a tool with a single argument)

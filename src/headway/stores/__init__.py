@@ -14,7 +14,7 @@ __all__ = ["MemoryStore", "SQLiteStore", "Store", "open_store"]
 
 
 def open_store(url: str, **options: Any) -> Store:
-    """Open a store from a URL: ``memory://``, ``sqlite:///path`` (``sqlite:///:memory:``),
+    """Open a store from a URL: ``memory://``, ``sqlite:///path``,
     ``redis://host:port/db``, ``postgresql://user@host/db``."""
     scheme = urlparse(url).scheme
     if scheme == "memory":

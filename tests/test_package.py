@@ -1,0 +1,50 @@
+"""The package stands on its own: a license, `python -m headway`, no extra without code,
+no coverage data committed, and no citation of a specification users do not have."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import headway
+
+ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+
+SOURCES = "\n".join(p.read_text(encoding="utf-8") for p in (ROOT / "src").rglob("*.py"))
+
+
+def test_python_dash_m_headway_runs_the_command() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "headway", "--version"], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0 and done.stdout.strip() == f"headway {headway.__version__}"
+
+
+def test_the_license_file_matches_the_declared_license() -> None:
+    assert PYPROJECT["project"]["license"] == "MIT"
+    assert (ROOT / "LICENSE").read_text(encoding="utf-8").startswith("MIT License")
+
+
+def test_every_extra_has_code_that_uses_it() -> None:
+    """An extra exists only when code imports it: the module that needs it names it in
+    its "pip install 'headway[extra]'" message (directly or through ``require``)."""
+    extras = PYPROJECT["project"]["optional-dependencies"]
+    for extra in set(extras) - {"dev", "all"}:
+        named = f"headway[{extra}]" in SOURCES or f'"{extra}")' in SOURCES
+        used = extra == "pydantic" and "model_dump" in SOURCES  # canonical form of models
+        assert named or used, f"extra {extra!r} has no code"
+    bundled = re.findall(r"headway\[([^\]]*)\]", " ".join(extras.get("all", [])))
+    for extra in ",".join(bundled).split(","):
+        assert not extra or extra in extras, extra
+
+
+def test_coverage_data_is_not_committed() -> None:
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=False
+    ).stdout.split()
+    if tracked:  # a git checkout (a source tree without .git has nothing to check)
+        assert not [name for name in tracked if name.startswith(".coverage")]
