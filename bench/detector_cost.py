@@ -53,6 +53,16 @@ def corpus(n: int) -> list[str]:
 
 
 TEXTS = corpus(4000)
+PAGES_FILE = TRACES.with_name("wai_browseruse_gemini.calls.jsonl.gz")
+
+
+def pages(n: int) -> list[str]:
+    """Full browser pages (browser-use text mode, up to 64 KiB) when the traces are here."""
+    if not PAGES_FILE.exists():
+        return []
+    with gzip.open(PAGES_FILE, "rt", encoding="utf-8") as fh:
+        texts = [json.loads(line)["observation"] for _, line in zip(range(n), fh, strict=False)]
+    return [t for t in texts if len(t) >= 4096]
 
 
 def feed(m: Monitor, step: int, rnd: random.Random) -> None:
@@ -80,9 +90,24 @@ def per_step(monitors: list[Monitor], start: int, rnd: random.Random) -> float:
 
 
 def main() -> None:
+    global TEXTS
     quick = "--quick" in sys.argv
     rounds = 5 if quick else 15
     rnd = random.Random(7)
+    monitor_cost("detectors (Monitor) per call", rounds, rnd)
+    browser = pages(600)
+    if browser:
+        small_texts, TEXTS = TEXTS, browser
+        monitor_cost(
+            f"detectors per call on full browser pages ({sum(map(len, browser)) // len(browser):,} chars on average)",
+            max(3, rounds // 3),
+            rnd,
+        )
+        TEXTS = small_texts
+    governor_cost(rounds, rnd)
+
+
+def monitor_cost(title: str, rounds: int, rnd: random.Random) -> None:
     big = monitor(10_000, rnd)
     best_small, best_big = float("inf"), float("inf")
     for _ in range(rounds):
@@ -92,10 +117,12 @@ def main() -> None:
         for i in range(200):
             feed(big, 10_000 + i, rnd)
         best_big = min(best_big, (time.perf_counter() - t0) / 200)
-    print("detectors (Monitor) per call")
+    print(title)
     print(f"  at step 10:      {best_small * 1e6:8.1f} us")
     print(f"  at step 10,000:  {best_big * 1e6:8.1f} us   ratio {best_big / best_small:.2f}")
 
+
+def governor_cost(rounds: int, rnd: random.Random) -> None:
     # the whole call through a Governor, at step ~10 (best of fresh sessions) and at
     # step ~10,000 of one long session (best of batches)
     gov = headway.Governor(no_progress_limit=10**9)

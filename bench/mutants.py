@@ -21,7 +21,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LOOPS = ["tests/test_loops.py", "tests/test_mutation_pins.py", "tests/test_read_dedup.py"]
+LOOPS = [
+    "tests/test_loops.py",
+    "tests/test_mutation_pins.py",
+    "tests/test_read_dedup.py",
+    "tests/test_loop_judgment.py",
+]
 TESTS = {
     "detectors": LOOPS,
     "similarity": LOOPS,
@@ -65,12 +70,29 @@ MUTANTS: list[tuple[str, str, str, str]] = [
     ("detectors", "cycles of period 3-5 off", "for p in range(2, 6):", "for p in range(2, 3):"),
     (
         "detectors",
-        "near-duplicates of other arguments' results off",
-        "elif step.unchanged or self._near_any(step):",
-        "elif step.unchanged:",
+        "an in-place change of the last page is no progress (a form stopped)",
+        "not self._edits_last(step) and self._near_any(step)",
+        "self._near_any(step)",
+    ),
+    (
+        "detectors",
+        "a request re-issued in new words is a new target",
+        "elif prev is not None or self._similar_call(step):",
+        "elif prev is not None:",
     ),
     ("detectors", "candidate count 8 -> 1", "_CANDIDATES = 8", "_CANDIDATES = 1"),
-    ("detectors", "trivial-result rule off", "(same_call or len(step.norm) > _TRIVIAL)", "True"),
+    (
+        "detectors",
+        "a short answer to a new query is a repeat",
+        "if same_call or step.probe in self._probes:",
+        "if same_call or step.norm in self._norms:",
+    ),
+    (
+        "similarity",
+        "cosmetic variants of a query are different queries",
+        'return " ".join(_WORDS.findall(args.lower()))',
+        "return args",
+    ),
     (
         "detectors",
         "read repeat corrected from the 4th call",

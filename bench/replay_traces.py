@@ -1,16 +1,21 @@
 """Replay the published agent runs in ../shared/traces/ through a Governor.
 
-    python bench/replay_traces.py [--traces DIR] [--limit N]
+    python bench/replay_traces.py [--traces DIR] [--limit N] [--source NAME ...]
 
 Each recorded call goes through a real Governor in enforce mode; the recorded observation
 stands in for the tool. Tools are declared by what they do: tau-bench's write tools (the
 ``side_effect`` flag) are writes and its lookups deterministic reads; browser, viewer and
-delegation tools are uncached reads (they change only the agent's view); shell commands
-are classified read or write by ``headway.shell``; code execution is a write.
+delegation tools are uncached reads (they change only the agent's view; a delegation's
+result is the sub-agent's reply); ``BashOutput``-style status tools are ``poll=True``;
+shell commands are classified read or write by ``headway.shell`` and Claude Code's file
+reads are cached reads invalidated by writes; code execution is a write. Error results
+(tau-bench's ``Error: ...``) are recognised by the Governor's default predicate.
 
 Per source it prints: calls executed and served from cache, stale cache hits (a served
 result whose recorded sha1 differs from what the real tool returned: must be 0), runs with
-a correction, runs stopped by a loop rule. For Magentic-One it also compares with the
+a correction, runs stopped by a loop rule, and among the runs that succeeded (reward 1, or
+the source's own verdict) how many were corrected and how many stopped (must be 0), with
+the id of each such stopped run. For Magentic-One it also compares with the
 orchestrator's own "is in loop" self-report.
 """
 
@@ -28,6 +33,7 @@ from typing import Any
 
 import headway
 from headway.shell import command_effect, is_dynamic, shell_resources
+from headway.similarity import DEFAULT_NORMALIZERS, strip_element_refs
 
 DEFAULT = Path(__file__).resolve().parents[2] / "shared" / "traces"
 SOURCES = [
@@ -37,6 +43,8 @@ SOURCES = [
     "codetracer_kimi_tb2",
     "magentic_one",
     "whowhen_captain_agent",
+    "wai_browseruse_gemini",
+    "codetracer_claudecode_tb1",
 ]
 VIEW_TOOLS = {
     "click",
@@ -51,10 +59,28 @@ VIEW_TOOLS = {
     "scroll",
     "visit_url",
     "web_search",
+    # browser-use actions (wai_browseruse_gemini): they change only the agent's view
+    "input",
+    "evaluate",
+    "search_page",
+    "find_elements",
+    "send_keys",
+    "select_dropdown",
+    "navigate",
+    "wait",
+    "go_back",
+    "find_text",
+    "extract",
 }
+POLL_TOOLS = {"BashOutput", "TaskOutput"}  # status of a background shell: poll=True
 
 
 FINE = "--all-writes-invalidate" not in sys.argv  # resources= on (the default) or off
+NORMALIZERS = (
+    (*DEFAULT_NORMALIZERS, strip_element_refs)
+    if "--strip-element-refs" in sys.argv
+    else DEFAULT_NORMALIZERS
+)
 
 
 def _file_path(args: Any) -> list[str] | None:
@@ -75,15 +101,17 @@ def spec_for(source: str, rec: dict[str, Any]) -> dict[str, Any]:
             if rec.get("side_effect")
             else {"effect": "read", "deterministic": True}
         )
-    if tool.startswith("delegate:") or tool in VIEW_TOOLS:
-        return {"effect": "read"}
+    if tool.startswith("delegate:") or tool in VIEW_TOOLS or rec.get("kind") == "delegation":
+        return {"effect": "read"}  # uncached: a delegation's result is the sub-agent's reply
+    if tool in POLL_TOOLS:
+        return {"effect": "read", "poll": True}
     if tool == "Read":
         return {"effect": "read", "deterministic": True, **_paths}
-    if tool in ("Glob", "Grep"):
+    if tool in ("Glob", "Grep", "LS"):
         return {"effect": "read", "deterministic": True}
     if tool in ("Write", "Edit", "MultiEdit", "NotebookEdit"):
         return {"effect": "write", **_paths}
-    if tool in ("WebSearch", "WebFetch", "TaskOutput"):
+    if tool in ("WebSearch", "WebFetch"):
         return {"effect": "read"}
     if tool.lower() == "bash":
         return {"effect": shell_spec_effect, "deterministic": True, **_shell}
@@ -131,7 +159,7 @@ def observation(rec: dict[str, Any]) -> str:
 
 
 def replay_run(source: str, calls: list[dict[str, Any]]) -> dict[str, Any]:
-    gov = headway.Governor(audit=[])
+    gov = headway.Governor(audit=[], normalizers=NORMALIZERS)
     current: dict[str, Any] = {}
 
     def tool(**_: Any) -> str:
@@ -220,12 +248,22 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return (max(0.0, c - h), min(1.0, c + h))
 
 
-def rewards(traces: Path, source: str) -> dict[str, float | None]:
+def succeeded(traces: Path, source: str) -> dict[str, bool | None]:
+    """run_id -> whether the run succeeded (reward 1, or the source's own verdict), None
+    when the source says nothing."""
     path = traces / f"{source}.runs.jsonl"
     if not path.exists():
         return {}
-    rows = (json.loads(line) for line in path.read_text().splitlines() if line.strip())
-    return {r["run_id"]: r.get("reward") for r in rows}
+    out: dict[str, bool | None] = {}
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        r = json.loads(line)
+        verdict = r.get("outcome") if isinstance(r.get("outcome"), dict) else {}
+        flag = verdict.get("passed", verdict.get("is_resolved"))
+        reward = r.get("reward")
+        out[r["run_id"]] = (reward >= 1) if reward is not None else flag
+    return out
 
 
 def self_reported_loops(traces: Path) -> dict[str, bool]:
@@ -247,6 +285,14 @@ def main() -> None:
         action="store_true",
         help="ignore resources=: every write invalidates all cached reads",
     )
+    ap.add_argument(
+        "--source", action="append", choices=SOURCES, help="replay only this source (repeatable)"
+    )
+    ap.add_argument(
+        "--strip-element-refs",
+        action="store_true",
+        help="add the opt-in normaliser of browser element numbers",
+    )
     a = ap.parse_args()
     if not a.traces.exists():
         print(f"no traces at {a.traces}: nothing to replay")
@@ -255,7 +301,7 @@ def main() -> None:
         f"{'source':<26} {'runs':>5} {'calls':>6} {'exec':>6} {'cached':>6} {'stale':>5} "
         f"{'corr.calls':>10} {'runs corr.':>10} {'runs stopped':>18}"
     )
-    for source in SOURCES:
+    for source in a.source or SOURCES:
         path = a.traces / f"{source}.calls.jsonl.gz"
         if not path.exists():
             continue
@@ -274,22 +320,26 @@ def main() -> None:
             f"{tot['stale']:>5} {tot['corrected']:>10} {tot['corrected_run']:>10} "
             f"{tot['stopped']:>4} ({tot['stopped'] / max(n, 1):5.1%}, CI {lo:.1%}-{hi:.1%})"
         )
-        won = rewards(a.traces, source)
-        false_kills = [
-            rid for rid, r in results.items() if r.get("stopped") and (won.get(rid) or 0) >= 1
-        ]
+        won = succeeded(a.traces, source)
+        wins = [rid for rid in results if won.get(rid)]
+        false_kills = [rid for rid in wins if results[rid].get("stopped")]
         if any(v is not None for v in won.values()):
             print(
-                f"{'':<26} stopped runs that succeeded (reward 1): {len(false_kills)}; "
-                f"served results unlike the recorded ones: {tot['stale']} stale, "
-                f"{tot['harness_stub']} harness stubs"
+                f"{'':<26} runs that succeeded: {len(wins)}; stopped among them: "
+                f"{len(false_kills)}; corrected among them: "
+                f"{sum(1 for rid in wins if results[rid].get('corrected_run'))}; served results "
+                f"unlike the recorded ones: {tot['stale']} stale, {tot['harness_stub']} harness stubs"
             )
+            for rid in false_kills:
+                print(
+                    f"{'':<28} stopped although it succeeded: {rid} (step {results[rid]['stop_step']})"
+                )
         skipped = {k[9:]: v for k, v in tot.items() if k.startswith("skipped: ")}
         if skipped:
             print(f"{'':<26} not replayed: {skipped}")
         for rule in ("3_in_a_row", "5_in_a_row", "same_pair_3x"):
             hit = [rid for rid, p in peers.items() if p[rule]]
-            kills = [rid for rid in hit if (won.get(rid) or 0) >= 1]
+            kills = [rid for rid in hit if won.get(rid)]
             line = f"{'':<26} peer rule {rule:<13} would stop {len(hit):>4} runs"
             if any(v is not None for v in won.values()):
                 line += f", {len(kills)} of which succeeded"

@@ -23,18 +23,20 @@ from .similarity import (
     SKETCH_FLOOR,
     SKETCH_MIN,
     Normalizer,
+    apply,
+    content_units,
     could_be_similar,
     jaccard,
-    normalize,
+    query_shape,
     shingles,
     sketch,
 )
 
 Mark = Literal["progress", "no_progress", "waiting", "neutral"]
 _KEEP = 8192  # characters of a result kept per step
-_TRIVIAL = 3  # results this short carry no content of their own
 _MAX_POLLS_TRACKED = 256  # distinct polled calls whose waiting is counted
 _CANDIDATES = 8  # earlier results of the same tool compared for near-duplicates
+_ARGS_SIMILAR = 0.5  # 5-gram Jaccard of two calls' arguments: the same request reworded
 _NEUTRAL = (ERROR, FALLBACK, UNKNOWN, REPLAYED)
 
 
@@ -55,8 +57,11 @@ class Observation:
     args: str = ""  # the canonical arguments (cut), for correction texts
     duplicate: bool = False  # the result repeats one already in the window
     unchanged: bool = False  # the result equals that of the previous identical call
+    units: frozenset[int] = frozenset()  # content units of a long result (similarity.content_units)
+    probe: int = 0  # a short result: hash of (tool, query shape, result)
     _shingles: frozenset[str] | None = None
     _sketch: frozenset[str] | None = None
+    _arg_grams: frozenset[str] | None = None
 
     @property
     def args_digest(self) -> str:
@@ -74,6 +79,11 @@ class Observation:
         if self._sketch is None:
             self._sketch = sketch(self.norm or "")
         return self._sketch
+
+    def arg_grams(self) -> frozenset[str]:
+        if self._arg_grams is None:
+            self._arg_grams = shingles(self.args)
+        return self._arg_grams
 
 
 class Detector(Protocol):
@@ -108,7 +118,10 @@ class Monitor:
         "_last_value",
         "_memo",
         "_norms",
+        "_page",
         "_polls",
+        "_probes",
+        "_units",
         "detectors",
         "last_progress_step",
         "limit",
@@ -147,6 +160,9 @@ class Monitor:
         self._last_value: dict[str, Any] = {}  # tool -> last successful result
         self._errors: dict[str, tuple[str, int]] = {}  # tool -> (fingerprint, run length)
         self._polls: dict[str, tuple[int, float]] = {}  # key -> (unchanged polls, since)
+        self._units: dict[int, int] = {}  # content units of the window's results -> count
+        self._probes: dict[int, int] = {}  # (tool, query shape, short result) in the window
+        self._page: Observation | None = None  # the window's last long result
 
     def user_turn(self) -> None:
         """A new user request: repeat and no-progress counters start again."""
@@ -159,6 +175,9 @@ class Monitor:
         self._last_of_key.clear()
         self._keys.clear()
         self._norms.clear()
+        self._units.clear()
+        self._probes.clear()
+        self._page = None
         self.pushed += 1
 
     # -- before a call -------------------------------------------------------------
@@ -258,17 +277,7 @@ class Monitor:
         # result signals
         prev = self._last_of_key.get(step.key)
         if step.norm is not None:
-            step.unchanged = prev is not None and prev.norm is not None and self._near(step, prev)
-            same_call = prev is not None and prev.norm == step.norm
-            if step.norm in self._norms and (same_call or len(step.norm) > _TRIVIAL):
-                # under new arguments, an empty or trivial answer ("", "0", "[]") is news
-                # about those arguments (nothing matched), not a repeat
-                step.duplicate = True
-                if not same_call:
-                    signals["same_result"] = True
-            elif step.unchanged or self._near_any(step):
-                step.duplicate = True
-                signals["near_duplicate"] = True
+            self._judge(step, prev, signals)
         if self.detectors:
             self._plugins(step, signals)
         # progress mark (§4.1)
@@ -308,6 +317,66 @@ class Monitor:
             stop_kind = "budget" if stop else None
         self._push(step)
         return self._decide(spec, step, signals, correction, stop, stop_kind, session_limit)
+
+    def _judge(self, step: Observation, prev: Observation | None, signals: dict[str, Any]) -> None:
+        """Whether the result is new information (the weak progress rule): the target (the
+        call) and the content are judged separately."""
+        norm = step.norm or ""
+        step.unchanged = prev is not None and prev.norm is not None and self._near(step, prev)
+        same_call = prev is not None and prev.norm == norm
+        if len(norm) < SHORT:
+            # a short answer ("No files found", "[]") to a new query is exploration: a
+            # repeat only for the same query or a cosmetic variant of it (same words)
+            if same_call or step.probe in self._probes:
+                step.duplicate = True
+                if not same_call:
+                    signals["same_result"] = True
+        elif norm in self._norms:
+            step.duplicate = True
+            if not same_call:
+                signals["same_result"] = True
+        elif step.unchanged:
+            step.duplicate = True
+            signals["near_duplicate"] = True
+        elif prev is not None or self._similar_call(step):
+            # a repeated target (the same call, or the same request in other words): a
+            # result like a recent one of this tool is no news
+            if self._near_any(step):
+                step.duplicate = True
+                signals["near_duplicate"] = True
+        elif all(u in self._units for u in step.units) or (
+            not self._edits_last(step) and self._near_any(step)
+        ):
+            # a new target whose result shows nothing the window has not seen, or that
+            # brings back an earlier result (another link to a page already read). An
+            # action that changes the page just seen, however little, moved the world:
+            # a few new words on a big page are new (a form filled field by field)
+            step.duplicate = True
+            signals["near_duplicate"] = True
+
+    def _edits_last(self, step: Observation) -> bool:
+        """The result is the last page seen changed in place: a page (several lines) that
+        is a near-duplicate of the window's last long result (short answers in between,
+        such as "Clicked", do not count), with content the window has not seen (checked by
+        the caller). A one-line result says nothing of where it changed: not an edit."""
+        last = self._page
+        return len(step.units) > 1 and last is not None and self._near(step, last)
+
+    def _similar_call(self, step: Observation) -> bool:
+        """Long arguments like those of a recent call of the same tool (an instruction
+        re-issued in new words)."""
+        if len(step.args) < SHORT:
+            return False
+        tried = 0
+        for o in reversed(self.window):
+            if o.tool != step.tool or len(o.args) < SHORT:
+                continue
+            if jaccard(step.arg_grams(), o.arg_grams()) >= _ARGS_SIMILAR:
+                return True
+            tried += 1
+            if tried >= _CANDIDATES:
+                break
+        return False
 
     def _plugins(self, step: Observation, signals: dict[str, Any]) -> None:
         for det in self.detectors:
@@ -447,11 +516,22 @@ class Monitor:
                     norms[old.norm] = left
                 else:
                     del norms[old.norm]
+                _uncount(self._probes, (old.probe,) if old.probe else ())
+                _uncount(self._units, old.units)
+                if self._page is old:
+                    self._page = None
         window.append(step)
         keys[step.key] = keys.get(step.key, 0) + 1
         self.pushed += 1
         if step.norm is not None:
             norms[step.norm] = norms.get(step.norm, 0) + 1
+            probes, units = self._probes, self._units
+            if step.probe:
+                probes[step.probe] = probes.get(step.probe, 0) + 1
+            for u in step.units:
+                units[u] = units.get(u, 0) + 1
+            if step.units:
+                self._page = step
         earlier = last.get(step.key)
         if earlier is not None and (step.status is CACHED or step.status is CORRECTED):
             earlier.unchanged = True  # served again: the result did not change
@@ -495,11 +575,18 @@ class Monitor:
     ) -> Observation:
         """A step to pass to ``after()``; stored texts are capped so memory stays bounded."""
         norm = None
+        units: frozenset[int] = frozenset()
+        probe = 0
         if text is not None and error is None and status not in (CACHED, CORRECTED):
             try:
-                norm = normalize(text, self.normalizers)
+                applied = apply(text, self.normalizers)
             except Exception:  # a normaliser that fails: judge the text as it is
-                norm = " ".join(text.split())
+                applied = text
+            norm = " ".join(applied.split())
+            if len(norm) < SHORT:
+                probe = hash((tool, query_shape(args), norm)) or 1
+            else:
+                units = content_units(applied)
             if len(norm) > _KEEP:
                 # head and tail for similarity, a digest so that equality stays exact
                 full = hashlib.sha256(norm.encode("utf-8", "surrogatepass")).hexdigest()
@@ -509,8 +596,29 @@ class Monitor:
         if len(args) > 300:
             args = args[:300] + "..."
         return Observation(
-            index, tool, key, args_id, effect, status, text, norm, error, "neutral", args
+            index,
+            tool,
+            key,
+            args_id,
+            effect,
+            status,
+            text,
+            norm,
+            error,
+            "neutral",
+            args,
+            units=units,
+            probe=probe,
         )
+
+
+def _uncount(counts: dict[int, int], items: Any) -> None:
+    for item in items:
+        left = counts[item] - 1
+        if left:
+            counts[item] = left
+        else:
+            del counts[item]
 
 
 def _last(prev: Observation | None) -> str:

@@ -37,15 +37,55 @@ def strip_wrappers(text: str) -> str:
     return _WRAPPERS.sub("", text) if "<" in text else text
 
 
+# element references in a browser's serialised page ("[123]<button", "*[123]<div" for an
+# element new since the last step): renumbered from one step to the next, not content
+_REFS = re.compile(r"\*?\[\d+\](?=<)")
+
+
+def strip_element_refs(text: str) -> str:
+    """Replace a browser page's element numbers (``[123]<div ...``) by ``[#]``."""
+    return _REFS.sub("[#]", text) if "]<" in text else text
+
+
 DEFAULT_NORMALIZERS: tuple[Normalizer, ...] = (strip_wrappers, strip_volatile)
 SHORT = 64  # results shorter than this (after normalisation) compare exactly
 _CAP = 2048  # head and tail kept for shingling: similarity cost is bounded per result
 
 
-def normalize(text: str, normalizers: Sequence[Normalizer]) -> str:
+def apply(text: str, normalizers: Sequence[Normalizer]) -> str:
+    """The normalisers applied in order (line breaks kept)."""
     for fn in normalizers:
         text = fn(text)
-    return " ".join(text.split())
+    return text
+
+
+def normalize(text: str, normalizers: Sequence[Normalizer]) -> str:
+    return " ".join(apply(text, normalizers).split())
+
+
+UNITS = 256  # content units kept per result: memory and cost per step stay bounded
+
+
+def content_units(text: str) -> frozenset[int]:
+    """The content of a (normalised) result as hashes of its lines, whitespace collapsed;
+    a long result's lines are grouped into at most ``UNITS`` runs. A unit the window has
+    not seen is new content: one changed line of a large page is new."""
+    lines = [" ".join(line.split()) for line in text.splitlines()]
+    lines = [line for line in lines if line]
+    if len(lines) > UNITS:
+        size = -(-len(lines) // UNITS)
+        lines = ["\n".join(lines[i : i + size]) for i in range(0, len(lines), size)]
+    return frozenset(map(hash, lines))
+
+
+_WORDS = re.compile(r"[^\W\d_]+")
+
+
+def query_shape(args: str) -> str:
+    """The words of a call's arguments, lowercased, without digits and punctuation.
+    Cosmetic variants of one query share it (``launchcode*``, ``*launchcode*``,
+    ``.launchcode*``; the same read at another offset); different queries do not."""
+    return " ".join(_WORDS.findall(args.lower()))
 
 
 def shingles(text: str) -> frozenset[str]:
