@@ -16,6 +16,7 @@ import headway
 from conftest import POSTGRES_URL, REDIS_URL, make_store
 from faults import Ledger, worker
 from headway import Status
+from headway.retry import RetryAfter
 from headway.testing import FakeClock, ScriptedTool
 
 
@@ -129,7 +130,10 @@ def test_same_key_different_arguments_is_key_reuse(
             "state": "in_progress",
             "tool": "pay",
             "args": "other",
-            "lease": clock() + 60,
+            "owner": "someone",
+            "beat": 0,
+            "lease_s": 60,
+            "created": clock(),
             "expires": clock() + 3600,
         },
     )
@@ -239,12 +243,15 @@ def test_expiry_of_the_lease_makes_the_write_unknown(
             "tool": "pay",
             "args": digest,
             "owner": "dead",
-            "lease": clock() + 10,
+            "beat": 7,
+            "lease_s": 10,
             "created": clock(),
             "expires": clock() + 86400,
         },
     )
     s = gov.session("r")
+    # the lease is measured by the observer, from when it first saw this beat
+    busy = s.call("pay", {"order": "o", "amount": 1}, idempotency_key="k")
     clock.advance(9.99)
     busy = s.call("pay", {"order": "o", "amount": 1}, idempotency_key="k")
     assert (
@@ -305,10 +312,10 @@ def test_store_down_when_saving_the_result_is_unknown_never_deleted(
     assert out.status is Status.UNKNOWN and out.executed
     assert store.get(gov.idempotency_record_key("k"))["state"] == "in_progress"  # kept, not deleted
     store.fail = set()
+    # the claim stayed held with the result in this process: the store back, it is recorded
     again = s.call("pay", {"order": "o", "amount": 1}, idempotency_key="k")
-    assert again.status is Status.ERROR and again.error["code"] == "in_progress"  # lease still held
-    clock.advance(200)  # the lease runs out: the late result in this process settles it
-    assert s.call("pay", {"order": "o", "amount": 1}, idempotency_key="k").status is Status.REPLAYED
+    assert again.status is Status.REPLAYED and again.value == ledger.lookup("o")
+    assert store.get(gov.idempotency_record_key("k"))["state"] == "completed"
     assert ledger.counts() == {"o": 1}
 
 
@@ -487,7 +494,8 @@ def test_two_processes_find_one_expired_lease_and_only_one_acts(kind: str, tmp_p
                 "tool": "pay",
                 "args": digest,
                 "owner": "dead",
-                "lease": time.time() - 1,
+                "beat": 3,
+                "lease_s": 0.3,
                 "created": time.time() - 10,
                 "expires": time.time() + 3600,
             },
@@ -604,3 +612,115 @@ def test_an_expired_key_may_be_used_for_other_arguments(clock: FakeClock, ledger
         s.call("pay", {"order": "b", "amount": 1}, idempotency_key="k")
     clock.advance(60)
     assert s.call("pay", {"order": "b", "amount": 1}, idempotency_key="k").status is Status.EXECUTED
+
+
+# -- issue 9: late effects, retries near the lease, skewed clocks ---------------------
+
+
+def _in_thread(fn: Any) -> threading.Thread:
+    t = threading.Thread(target=fn, daemon=True)
+    t.start()
+    return t
+
+
+def _until_claimed(store: headway.Store, gov: headway.Governor) -> None:
+    for _ in range(500):
+        if store.get(gov.idempotency_record_key("k")) is not None:
+            return
+        time.sleep(0.01)
+
+
+def test_a_late_effect_seen_from_another_worker_is_never_executed_twice(
+    store: headway.Store, ledger: Ledger
+) -> None:
+    """Worker A times out while its attempt still runs; worker B (same store) must get
+    in_progress, never a second execution, and then the late result as REPLAYED."""
+    release = threading.Event()
+
+    def slow_pay(order: str) -> dict[str, Any]:
+        release.wait(10)
+        return ledger.charge(order, 1)
+
+    reconcile = lambda key, args: ledger.lookup(args["order"])  # noqa: E731
+    a = headway.Governor(store=store, lease_s=0.5, in_progress_wait_s=0)
+    a.register("pay", slow_pay, effect="write", timeout=0.05, reconcile=reconcile)
+    b = headway.Governor(store=store, lease_s=0.5, in_progress_wait_s=0)
+    b.register("pay", lambda order: ledger.charge(order, 1), effect="write", reconcile=reconcile)
+    assert a.session("a").call("pay", {"order": "o"}, idempotency_key="k").status is Status.UNKNOWN
+    seen = []
+    for _ in range(10):  # longer than the lease: the owner keeps it alive
+        out = b.session("b").call("pay", {"order": "o"}, idempotency_key="k")
+        seen.append(out.error["code"] if out.error else out.status.value)
+        time.sleep(0.1)
+    assert set(seen) == {"in_progress"} and ledger.counts() == {}, seen
+    release.set()
+    for _ in range(200):
+        out = b.session("b").call("pay", {"order": "o"}, idempotency_key="k")
+        if out.status is Status.REPLAYED:
+            break
+        time.sleep(0.05)
+    assert out.status is Status.REPLAYED and out.value == ledger.lookup("o")
+    assert ledger.counts() == {"o": 1}
+
+
+def test_a_retry_waiting_past_the_lease_keeps_its_claim(
+    store: headway.Store, ledger: Ledger
+) -> None:
+    """A Retry-After longer than the lease: the owner renews its claim while it waits, so
+    no other worker takes the key over, and the retry's one charge is the only one."""
+    fails = [ConnectionError("503")]
+
+    def pay(order: str) -> dict[str, Any]:
+        if fails:
+            raise fails.pop()
+        return ledger.charge(order, 1)
+
+    reconcile = lambda key, args: ledger.lookup(args["order"])  # noqa: E731
+    a = headway.Governor(store=store, lease_s=0.3, in_progress_wait_s=0)
+    a.register("pay", pay, effect="write", reconcile=reconcile, classify=lambda e: RetryAfter(0.8))
+    b = headway.Governor(store=store, lease_s=0.3, in_progress_wait_s=0)
+    b.register("pay", lambda order: ledger.charge(order, 1), effect="write", reconcile=reconcile)
+    outs: list[headway.Outcome] = []
+    t = _in_thread(
+        lambda: outs.append(a.session("a").call("pay", {"order": "o"}, idempotency_key="k"))
+    )
+    _until_claimed(store, a)
+    seen = []
+    while t.is_alive():
+        out = b.session("b").call("pay", {"order": "o"}, idempotency_key="k")
+        seen.append(out.error["code"] if out.error else out.status.value)
+        time.sleep(0.05)
+    t.join()
+    assert outs[0].status is Status.EXECUTED and outs[0].attempts == 2, outs
+    assert "executed" not in seen and ledger.counts() == {"o": 1}, seen
+
+
+def test_a_worker_whose_clock_is_ahead_does_not_take_over_a_live_claim(
+    store: headway.Store, ledger: Ledger
+) -> None:
+    """Leases do not depend on the workers' clocks agreeing: 30 s of skew changes nothing."""
+    release = threading.Event()
+
+    def slow_pay(order: str) -> dict[str, Any]:
+        release.wait(10)
+        return ledger.charge(order, 1)
+
+    reconcile = lambda key, args: ledger.lookup(args["order"])  # noqa: E731
+    a = headway.Governor(store=store, lease_s=5, in_progress_wait_s=0)
+    a.register("pay", slow_pay, effect="write", timeout=None, reconcile=reconcile)
+    ahead = headway.Governor(
+        store=store, lease_s=5, in_progress_wait_s=0, clock=lambda: time.time() + 30
+    )
+    ahead.register(
+        "pay", lambda order: ledger.charge(order, 1), effect="write", reconcile=reconcile
+    )
+    outs: list[headway.Outcome] = []
+    t = _in_thread(
+        lambda: outs.append(a.session("a").call("pay", {"order": "o"}, idempotency_key="k"))
+    )
+    _until_claimed(store, a)
+    out = ahead.session("b").call("pay", {"order": "o"}, idempotency_key="k")
+    release.set()
+    t.join()
+    assert out.status is Status.ERROR and out.error["code"] == "in_progress", out
+    assert outs[0].status is Status.EXECUTED and ledger.counts() == {"o": 1}

@@ -51,8 +51,11 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
     policy = _policy(gov, c)
     b = _breaker(gov, spec)
     classify = spec.classify or default_classify
-    start = gov.clock()
+    start = gov.timer()
     while True:
+        # a retry never starts on a claim that may have expired: renew it first
+        if c.held is not None and c.attempts and not (yield from _renewed(gov, c)):
+            return
         probe = False
         steady = (
             b is not None
@@ -63,7 +66,7 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
             c.breaker = "closed"  # admit() would allow and change nothing
         elif b is not None:
             lease = b.probe_lease_s or spec.timeout or 60.0
-            now = gov.clock()
+            now = gov.clock() if b.shared else gov.timer()
             admit = lambda s, n=now, le=lease: brk.admit(b, s, n, le)  # noqa: E731
             decision, retry_after = (
                 (yield from breaker_update(gov, spec, b, admit))
@@ -77,7 +80,7 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
             probe = decision == "probe"
         timeout = spec.timeout
         if policy.deadline_s is not None:
-            left = policy.deadline_s - (gov.clock() - start)
+            left = policy.deadline_s - (gov.timer() - start)
             timeout = left if timeout is None else min(timeout, left)
         c.attempts += 1
         try:
@@ -100,7 +103,7 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
             if b is not None and not (
                 steady and brk.steady(b, gov.breakers.get(spec.name, brk.CLOSED))
             ):
-                now = gov.clock()
+                now = gov.clock() if b.shared else gov.timer()
                 ok = lambda s, n=now, p=probe: (brk.record(b, s, True, p, n), None)  # noqa: E731
                 if b.shared:
                     yield from breaker_update(gov, spec, b, ok)
@@ -110,7 +113,7 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
         c.executed = True
         verdict = _classify(classify, failure, timed_out, spec)
         if b is not None:
-            now = gov.clock()
+            now = gov.clock() if b.shared else gov.timer()
             if _ignored(b, failure, verdict, timed_out):
                 yield from breaker_update(
                     gov, spec, b, lambda s, p=probe: (brk.release(s, p), None)
@@ -128,7 +131,7 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
             )
             return
         _fail(c, failure, verdict, timed_out)
-        elapsed = gov.clock() - start
+        elapsed = gov.timer() - start
         delay = policy.next_delay(c.attempts, verdict, elapsed, gov.rng)
         if delay is None:
             return
@@ -145,6 +148,23 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
                 c.flag(f"on_retry_failed: {describe(exc)}"[:200])
         if delay > 0:
             yield Sleep(delay)
+
+
+def _renewed(gov: Governor, c: Call) -> Plan[bool]:
+    try:
+        ok = yield Blocking(c.held.renew, (), gov.store.blocking)
+    except Exception as exc:
+        ok = False
+        c.flag(f"store_error: {type(exc).__name__}: {describe(exc)}"[:300])
+    if not ok:
+        c.status, c.value = UNKNOWN, None
+        c.error = error_info(
+            "lease_lost",
+            "the claim on this operation's key could not be renewed before a retry",
+            retryable=False,
+            hint="Do not repeat this call; call again with the same key to get its outcome.",
+        )
+    return bool(ok)
 
 
 def _classify(classify: Any, exc: BaseException, timed_out: bool, spec: ToolSpec) -> Classification:

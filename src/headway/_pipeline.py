@@ -26,7 +26,7 @@ from ._settle import check_stop, settle
 from ._spec import ToolSpec
 from .errors import ArgumentError
 from .idempotency import step_key
-from .outcome import CACHED, CORRECTED, EXECUTED, UNKNOWN, Outcome, error_info
+from .outcome import CACHED, CORRECTED, EXECUTED, REPLAYED, UNKNOWN, Outcome, error_info
 
 if TYPE_CHECKING:
     from ._session import Governor
@@ -92,8 +92,35 @@ def plan(gov: Governor, st: SessionState, c: Call) -> Plan[Outcome]:
     if c.effect == "read":
         yield from _read(gov, st, c)
     else:
-        yield from gov.writes.run(gov, st, c)
+        yield from _write(gov, st, c)
     return settle(gov, st, c)
+
+
+_MAY_HAVE_CHANGED = frozenset((EXECUTED, REPLAYED, UNKNOWN))
+
+
+def _write(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
+    """A write: the key's state machine (``idempotency.Writes``) decides, the tool runs
+    when it hands out a ticket, and any outcome that may reflect a change (executed,
+    replayed, unknown) makes the session's cached reads stale."""
+    writes = gov.writes
+    if not gov.enforce:  # shadow mode: run as if headway were absent, note what it would do
+        yield from writes.shadow(gov, c)
+        yield from execute(gov, st, c)
+        yield from writes.shadow_record(gov, c)
+    else:
+        ticket = yield from writes.before(gov, st, c)
+        if ticket is not None:
+            if ticket is not True:
+                c.held = ticket
+            try:
+                yield from execute(gov, st, c)
+            except BaseException:
+                yield from writes.interrupted(gov, c, ticket)
+                raise
+            yield from writes.after(gov, st, c, ticket)
+    if c.executed or c.status in _MAY_HAVE_CHANGED:
+        yield from invalidate(gov, st, c)
 
 
 def _new_call(
@@ -354,10 +381,3 @@ def direct_op(gov: Governor, c: Call, op: str, *args: Any) -> Any:
 
 def flag_store_error(c: Call, exc: BaseException) -> None:
     c.flag(f"store_error: {type(exc).__name__}: {describe(exc)}"[:300])
-
-
-def execute_write(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
-    """Run a write; if it may have acted, the session's cached reads are stale."""
-    yield from execute(gov, st, c)
-    if c.executed or c.status is UNKNOWN:
-        yield from invalidate(gov, st, c)

@@ -102,7 +102,8 @@ class Governor:
         self.lease_s = lease_s
         self.store_failure = store_failure
         self.default_breaker = breaker or Breaker()
-        self.clock = clock or _wall_clock
+        self.clock = clock or _wall_clock  # timestamps: audit records, stored records
+        self.timer = clock or time.monotonic  # durations in this process (never steps back)
         self.sleep = sleep
         self.rng = rng
         self.on_retry = on_retry
