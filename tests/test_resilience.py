@@ -599,3 +599,50 @@ def test_a_failing_on_retry_hook_never_breaks_the_call(clock: FakeClock) -> None
     out = gov.session("r").call("q", {})
     assert out.status is Status.EXECUTED
     assert any(f.startswith("on_retry_failed") for f in gov.audit_records("r")[0]["flags"])
+
+
+# -- issue 9: durations in this process do not follow the wall clock -------------------
+
+
+class SteppedWallClock:
+    """time.time() offset by ``step`` seconds (the machine's clock was set back or ahead)."""
+
+    def __init__(self) -> None:
+        self.step = 0.0
+        self.real = time.time
+
+    def __call__(self) -> float:
+        return self.real() + self.step
+
+
+def test_a_breaker_cooldown_is_never_longer_than_configured_when_the_clock_steps_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    wall = SteppedWallClock()
+    monkeypatch.setattr(time, "time", wall)
+    gov = headway.Governor(breaker=headway.Breaker(failures=1, cooldown_s=1.0))
+    gov.register(
+        "flaky",
+        ScriptedTool([ConnectionError("down")]),
+        effect="read",
+        retry=headway.Retry(attempts=1),
+    )
+    s = gov.session("s")
+    assert s.call("flaky", {}).error["code"] == "tool_error"
+    wall.step = -3600.0  # the wall clock is set back an hour
+    out = s.call("flaky", {"n": 1})
+    assert out.error["code"] == "circuit_open" and out.error["retry_after"] <= 1.0, out.error
+
+
+def test_a_ttl_read_held_in_process_follows_elapsed_time_not_the_wall_clock(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    wall = SteppedWallClock()
+    monkeypatch.setattr(time, "time", wall)
+    gov = headway.Governor()
+    price = ScriptedTool([lambda **_: {"price": 1}])
+    gov.register("price", price, effect="read", ttl=60)
+    s = gov.session("s")
+    s.call("price", {})
+    wall.step = 3600.0  # set forward an hour: a second has not passed
+    assert s.call("price", {}).status is Status.CACHED and price.count == 1

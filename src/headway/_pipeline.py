@@ -15,7 +15,7 @@ Attempts (timeouts, retries, breaker) are in ``_attempts``; settling is in ``_se
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ._attempts import execute
@@ -172,9 +172,21 @@ def _cache_key(gov: Governor, st: SessionState, c: Call) -> str:
     return c.cache_key
 
 
+def _age_clock(gov: Governor) -> Callable[[], float]:
+    """The clock of a cache entry's time: monotonic in this process; the wall clock in a
+    shared store (the store's own TTL bounds it too)."""
+    return gov.clock if gov.store.blocking else gov.timer
+
+
 def _fresh(gov: Governor, spec: ToolSpec, entry: Any) -> bool:
-    """A cache entry that may be served (a TTL entry within its TTL)."""
-    return isinstance(entry, dict) and (spec.ttl is None or gov.clock() - entry["t"] < spec.ttl)
+    """A cache entry that may be served (a TTL entry within its TTL; an entry from the
+    future, written before the clock was set back, is stale)."""
+    if not isinstance(entry, dict):
+        return False
+    if spec.ttl is None:
+        return True
+    age: float = _age_clock(gov)() - entry["t"]
+    return 0 <= age < spec.ttl
 
 
 def _served(gov: Governor, st: SessionState, c: Call, entry: Any) -> bool:
@@ -236,7 +248,12 @@ def _read(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
             c.text = result_text(c.value)
             if len(c.text) <= gov.max_cached_bytes:
                 c.result_digest, c.result_size = digest(c.text), len(c.text)
-                entry = {"v": c.value, "t": gov.clock(), "d": c.result_digest, "n": c.result_size}
+                entry = {
+                    "v": c.value,
+                    "t": _age_clock(gov)(),
+                    "d": c.result_digest,
+                    "n": c.result_size,
+                }
                 ok = yield from store_op(
                     gov, c, "set", c.cache_key, entry, spec.ttl or gov.cache_gc_s
                 )

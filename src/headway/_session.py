@@ -37,6 +37,10 @@ def _wall_clock() -> float:
     return time.time()  # looked up on each call, so a patched time.time is honoured
 
 
+def _monotonic() -> float:
+    return time.monotonic()  # looked up on each call too
+
+
 log = logging.getLogger("headway")
 
 
@@ -103,7 +107,7 @@ class Governor:
         self.store_failure = store_failure
         self.default_breaker = breaker or Breaker()
         self.clock = clock or _wall_clock  # timestamps: audit records, stored records
-        self.timer = clock or time.monotonic  # durations in this process (never steps back)
+        self.timer = clock or _monotonic  # durations in this process (never steps back)
         self.sleep = sleep
         self.rng = rng
         self.on_retry = on_retry
