@@ -724,3 +724,148 @@ def test_a_worker_whose_clock_is_ahead_does_not_take_over_a_live_claim(
     t.join()
     assert out.status is Status.ERROR and out.error["code"] == "in_progress", out
     assert outs[0].status is Status.EXECUTED and ledger.counts() == {"o": 1}
+
+
+def test_a_result_that_is_not_json_is_recorded_in_its_tagged_form_and_replayed(
+    store: headway.Store, clock: FakeClock
+) -> None:
+    """datetime, Decimal, bytes, set, NaN: recorded, replayed as the same types; never a
+    stuck key, never a wait."""
+    import datetime as dt
+    import decimal
+    import math
+
+    value = {
+        "at": dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC),
+        "amount": decimal.Decimal("1.50"),
+        "raw": b"\x00\xff",
+        "tags": {"a", "b"},
+        "ratio": math.nan,
+        "$note": "kept",
+    }
+    tool = ScriptedTool([value])
+    gov = gov_for(store, clock)
+    gov.register("pay", tool, effect="write")
+    s = gov.session("r")
+    assert s.call("pay", {"o": 1}, idempotency_key="k").status is Status.EXECUTED
+    again = s.call("pay", {"o": 1}, idempotency_key="k")
+    assert again.status is Status.REPLAYED and tool.count == 1 and clock.sleeps == []
+    replayed = again.value
+    assert math.isnan(replayed.pop("ratio")) and replayed == {
+        k: v for k, v in value.items() if k != "ratio"
+    }
+
+
+def test_a_result_with_no_json_form_settles_the_key_and_says_so(
+    store: headway.Store, clock: FakeClock
+) -> None:
+    tool = ScriptedTool([{1: object()}])
+    gov = gov_for(store, clock)
+    gov.register("pay", tool, effect="write")
+    s = gov.session("r")
+    first = s.call("pay", {"o": 1}, idempotency_key="k")
+    assert first.status is Status.EXECUTED
+    again = s.call("pay", {"o": 1}, idempotency_key="k")
+    assert again.status is Status.REPLAYED and again.value is None and tool.count == 1
+    assert "result_not_recordable" in gov.audit_records("r")[-1]["flags"]
+    assert clock.sleeps == []  # no busy loop, no waiting
+
+
+def test_a_replayed_write_makes_the_sessions_cached_reads_stale(clock: FakeClock) -> None:
+    gov = gov_for(headway.MemoryStore(), clock)
+    balance = ScriptedTool([lambda **_: {"n": balance.count}])
+    gov.register("balance", balance, effect="read", deterministic=True)
+    gov.register("pay", ScriptedTool([{"ok": 1}]), effect="write")
+    s = gov.session("r")
+    s.call("pay", {"o": 1}, idempotency_key="k")
+    s.call("balance", {})
+    assert s.call("pay", {"o": 1}, idempotency_key="k").status is Status.REPLAYED
+    assert s.call("balance", {}).status is Status.EXECUTED and balance.count == 2
+
+
+def test_step_keys_of_distinct_run_and_step_pairs_never_collide(clock: FakeClock) -> None:
+    gov = gov_for(headway.MemoryStore(), clock)
+    tool = ScriptedTool([lambda o: {"o": o}])
+    gov.register("pay", tool, effect="write")
+    a = gov.session("a\x1fb").call("pay", {"o": 1}, step_id="c")
+    b = gov.session("a").call("pay", {"o": 1}, step_id="b\x1fc")
+    c = gov.session("a:b").call("pay", {"o": 1}, step_id="c")
+    d = gov.session("a").call("pay", {"o": 1}, step_id="b:c")
+    assert [o.status for o in (a, b, c, d)] == [Status.EXECUTED] * 4 and tool.count == 4
+
+
+def test_shadow_mode_runs_keyed_writes_every_time_and_records_what_it_would_do(
+    clock: FakeClock,
+) -> None:
+    gov = gov_for(headway.MemoryStore(), clock, enforce=False)
+    tool = ScriptedTool([lambda o: {"o": o}])
+    gov.register("pay", tool, effect="write")
+    s = gov.session("r")
+    outs = [
+        s.call("pay", {"o": 1}, idempotency_key="k"),
+        s.call("pay", {"o": 1}, idempotency_key="k"),
+        s.call("pay", {"o": 2}, idempotency_key="k"),  # no KeyReuseError in shadow mode
+    ]
+    assert [o.status for o in outs] == [Status.EXECUTED] * 3 and tool.count == 3
+    assert [r["would"] for r in gov.audit_records("r")] == [None, "replay", "key_reuse"]
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        {"state": "in_progress", "lease": "soon"},
+        "not an object",
+        {"state": "completed", "tool": "pay", "args": 5},
+        {
+            "state": "in_progress",
+            "tool": "pay",
+            "args": "x",
+            "owner": 1,
+            "beat": 0,
+            "lease_s": "soon",
+            "created": 0,
+            "expires": 1e12,
+        },
+        {"state": "exploded", "tool": "pay", "args": "x"},
+    ],
+)
+def test_a_malformed_record_is_a_store_fault_and_nothing_runs(
+    clock: FakeClock, record: Any
+) -> None:
+    store = headway.MemoryStore()
+    gov = gov_for(store, clock)
+    tool = ScriptedTool([{"ok": 1}])
+    gov.register("pay", tool, effect="write")
+    store.set(gov.idempotency_record_key("k"), record)
+    out = gov.session("r").call("pay", {"o": 1}, idempotency_key="k")
+    assert out.status is Status.ERROR and out.error["code"] == "store_unavailable"
+    assert "malformed" in out.error["message"] and tool.count == 0
+
+
+def test_an_abandoned_attempt_that_fails_late_leaves_the_key_unknown_without_reconcile(
+    store: headway.Store, ledger: Ledger
+) -> None:
+    """It may have acted before failing: without reconcile nothing may run again."""
+    release = threading.Event()
+    calls: list[int] = []
+
+    def pay(order: str) -> None:
+        calls.append(1)
+        release.wait(10)
+        raise ConnectionError("reset after the request was sent")
+
+    gov = headway.Governor(store=store, lease_s=0.5, in_progress_wait_s=0)
+    gov.register("pay", pay, effect="write", timeout=0.05)
+    s = gov.session("r")
+    assert s.call("pay", {"order": "o"}, idempotency_key="k").status is Status.UNKNOWN
+    release.set()
+    for _ in range(100):
+        record = store.get(gov.idempotency_record_key("k"))
+        if record["state"] != "in_progress":
+            break
+        time.sleep(0.02)
+    assert record["state"] == "unknown"
+    for session in ("r", "other"):
+        out = gov.session(session).call("pay", {"order": "o"}, idempotency_key="k")
+        assert out.status is Status.UNKNOWN and not out.executed
+    assert calls == [1]

@@ -646,3 +646,24 @@ def test_a_ttl_read_held_in_process_follows_elapsed_time_not_the_wall_clock(
     s.call("price", {})
     wall.step = 3600.0  # set forward an hour: a second has not passed
     assert s.call("price", {}).status is Status.CACHED and price.count == 1
+
+
+def test_the_whole_call_is_bounded_by_the_governors_deadline(clock: FakeClock) -> None:
+    """Per-attempt timeouts times attempts do not add up past ``deadline_s``."""
+
+    def slow_failure() -> None:
+        clock.advance(1.0)  # each attempt takes a second, then fails transiently
+        raise ConnectionError("reset")
+
+    gov = headway.Governor(clock=clock, sleep=clock.sleep, deadline_s=2.5, breaker=None)
+    gov.register(
+        "fetch",
+        slow_failure,
+        effect="read",
+        timeout=1.0,
+        breaker=False,
+        retry=headway.Retry(attempts=10, initial_s=0.0, jitter=False),
+    )
+    out = gov.session("s").call("fetch", {})
+    assert out.status is Status.ERROR and out.attempts == 3, out
+    assert "deadline_reached" in gov.audit_records("s")[0]["flags"]

@@ -79,8 +79,10 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
                 return
             probe = decision == "probe"
         timeout = spec.timeout
-        if policy.deadline_s is not None:
-            left = policy.deadline_s - (gov.timer() - start)
+        # a tool without a timeout runs inline: only its retry policy's deadline cuts it
+        deadline = _deadline(gov, policy) if timeout is not None else policy.deadline_s
+        if deadline is not None:
+            left = max(deadline - (gov.timer() - start), 0.001)
             timeout = left if timeout is None else min(timeout, left)
         c.attempts += 1
         try:
@@ -135,6 +137,10 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
         delay = policy.next_delay(c.attempts, verdict, elapsed, gov.rng)
         if delay is None:
             return
+        deadline = _deadline(gov, policy)
+        if deadline is not None and elapsed + delay >= deadline:
+            c.flag("deadline_reached")
+            return
         with st.lock:
             if not st.meter.retry_allowed(spec.name):
                 c.flag("retry_budget_exhausted")
@@ -148,6 +154,12 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
                 c.flag(f"on_retry_failed: {describe(exc)}"[:200])
         if delay > 0:
             yield Sleep(delay)
+
+
+def _deadline(gov: Governor, policy: Retry) -> float | None:
+    """The whole call's bound: the retry policy's ``deadline_s`` within the governor's."""
+    bounds = [d for d in (policy.deadline_s, gov.deadline_s) if d is not None]
+    return min(bounds) if bounds else None
 
 
 def _renewed(gov: Governor, c: Call) -> Plan[bool]:

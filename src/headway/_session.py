@@ -70,6 +70,7 @@ class Governor:
         idempotency_ttl_s: float = 86_400.0,
         in_progress_wait_s: float = 5.0,
         lease_s: float | None = None,
+        deadline_s: float | None = 120.0,
         store_failure: str = "closed",
         breaker: Breaker | None = None,
         clock: Callable[[], float] | None = None,
@@ -104,6 +105,7 @@ class Governor:
         self.idempotency_ttl_s = idempotency_ttl_s
         self.in_progress_wait_s = in_progress_wait_s
         self.lease_s = lease_s
+        self.deadline_s = deadline_s  # every call's total time: all attempts and retry waits
         self.store_failure = store_failure
         self.default_breaker = breaker or Breaker()
         self.clock = clock or _wall_clock  # timestamps: audit records, stored records
