@@ -869,3 +869,30 @@ def test_an_abandoned_attempt_that_fails_late_leaves_the_key_unknown_without_rec
         out = gov.session(session).call("pay", {"order": "o"}, idempotency_key="k")
         assert out.status is Status.UNKNOWN and not out.executed
     assert calls == [1]
+
+
+def test_a_record_the_store_lost_is_reconciled_before_anything_runs_again(
+    store: headway.Store, clock: FakeClock, ledger: Ledger
+) -> None:
+    """Redis restarted without persistence: this process knows the key was used, so it
+    reconciles first (found: REPLAYED; no reconcile: UNKNOWN), never executes blindly."""
+    gov = gov_for(store, clock)
+    gov.register(
+        "pay",
+        charge_tool(ledger),
+        effect="write",
+        reconcile=lambda key, args: ledger.lookup(args["order"]),
+    )
+    gov.register("pay2", charge_tool(ledger), effect="write")
+    s = gov.session("r")
+    for tool in ("pay", "pay2"):
+        assert s.call(tool, {"order": tool, "amount": 1}, idempotency_key=tool).executed
+        store.delete(gov.idempotency_record_key(tool))  # the store lost it
+    found = s.call("pay", {"order": "pay", "amount": 1}, idempotency_key="pay")
+    assert found.status is Status.REPLAYED and found.value == ledger.lookup("pay")
+    unknown = s.call("pay2", {"order": "pay2", "amount": 1}, idempotency_key="pay2")
+    assert unknown.status is Status.UNKNOWN and not unknown.executed
+    assert ledger.counts() == {"pay": 1, "pay2": 1}
+    assert s.call("pay", {"order": "pay", "amount": 1}, idempotency_key="pay").status is (
+        Status.REPLAYED
+    )

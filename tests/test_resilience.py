@@ -667,3 +667,49 @@ def test_the_whole_call_is_bounded_by_the_governors_deadline(clock: FakeClock) -
     out = gov.session("s").call("fetch", {})
     assert out.status is Status.ERROR and out.attempts == 3, out
     assert "deadline_reached" in gov.audit_records("s")[0]["flags"]
+
+
+async def test_hung_sync_tools_do_not_starve_healthy_ones() -> None:
+    """300 hung sync tools (more than any fixed pool) leave room for a healthy one."""
+    hang = threading.Event()
+    gov = headway.Governor(breaker=None)
+    gov.register(
+        "hung",
+        lambda i: hang.wait(10),
+        effect="read",
+        timeout=0.2,
+        breaker=False,
+        retry=headway.Retry(attempts=1),
+    )
+    gov.register(
+        "healthy",
+        lambda: {"ok": True},
+        effect="read",
+        timeout=5,
+        breaker=False,
+        retry=headway.Retry(attempts=1),
+    )
+    try:
+        calls = (gov.session(f"s{i}").acall("hung", {"i": i}) for i in range(300))
+        hung = await asyncio.gather(*calls)
+        assert {o.error["code"] for o in hung} == {"timeout"}
+        assert gov.session("s").call("healthy", {}).status is Status.EXECUTED
+    finally:
+        hang.set()
+
+
+def test_a_hung_tool_does_not_keep_the_interpreter_from_exiting(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    script = tmp_path / "hung.py"
+    script.write_text(
+        "import threading, headway\n"
+        "gov = headway.Governor()\n"
+        "gov.register('hung', lambda: threading.Event().wait(120), effect='read', timeout=0.1)\n"
+        "print(gov.session('s').call('hung', {}).error['code'])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "timeout", done.stderr
