@@ -59,6 +59,7 @@ class Wait(NamedTuple):
 Effect = Blocking | Attempt | Sleep | Wait
 Plan = Generator[Effect, Any, T]
 
+
 class Threads:
     """Where sync tools with a timeout run, so that a hung one can be abandoned.
 
