@@ -180,7 +180,7 @@ def schedule_worker(
     store: headway.Store, ledger: MemoryLedger, faults: dict[str, str], skew_s: float
 ) -> headway.Governor:
     """A worker whose wall clock is off by ``skew_s``; the tool misbehaves as scheduled."""
-    lease = 0.25
+    lease = 0.6
     gov = headway.Governor(
         store=store,
         audit=[],
