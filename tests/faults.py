@@ -180,7 +180,7 @@ def schedule_worker(
     store: headway.Store, ledger: MemoryLedger, faults: dict[str, str], skew_s: float
 ) -> headway.Governor:
     """A worker whose wall clock is off by ``skew_s``; the tool misbehaves as scheduled."""
-    lease = 0.6
+    lease = 1.5  # a lease far shorter than the default 30 s, yet past scheduling stalls
     gov = headway.Governor(
         store=store,
         audit=[],
@@ -227,7 +227,7 @@ def schedule_worker(
     return gov
 
 
-def run_schedules(store: headway.Store, n: int, seed: int, threads: int = 16) -> dict[str, Any]:
+def run_schedules(store: headway.Store, n: int, seed: int, threads: int = 24) -> dict[str, Any]:
     """Drive ``n`` keys, each under a random fault, through two workers whose clocks
     disagree by up to 30 s, until every key is acknowledged. Returns the counts."""
     rnd = random.Random(seed)

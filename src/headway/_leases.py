@@ -9,7 +9,8 @@ clocks disagree (or step) never take over a live claim.
 A claim stays held while its attempt runs anywhere in this process, including an attempt
 abandoned after a timeout: when that attempt ends, the keeper records its result (or
 UNKNOWN when it failed) and lets the claim go. The keeper is one daemon thread per
-governor, running only while claims are held, so it never keeps the interpreter alive.
+governor, running while claims are held (and a few seconds after), a daemon: it never keeps the
+interpreter alive.
 """
 
 from __future__ import annotations
@@ -104,13 +105,19 @@ class Keeper:
         return True
 
     def _run(self) -> None:
+        idle_since: float | None = None
         while True:
             with self._lock:
                 held = list(self._held.values())
-                if not held:
-                    self._thread = None
+                if not held and idle_since is not None and time.monotonic() - idle_since > 5:
+                    self._thread = None  # idle a while: leave (hold() starts another)
                     return
             self._wake.clear()
+            if not held:
+                idle_since = idle_since or time.monotonic()
+                self._wake.wait(1.0)
+                continue
+            idle_since = None
             now = time.monotonic()
             for h in held:
                 if h.lost:
