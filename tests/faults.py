@@ -10,11 +10,13 @@ import json
 import os
 import random
 import sqlite3
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import headway
+from headway.retry import RETRYABLE, RetryAfter
 
 
 class Ledger:
@@ -147,3 +149,135 @@ def worker(
             else:
                 out.write(json.dumps({"key": key, "unresolved": True}) + "\n")
     inner.close()
+
+
+# -- in-process randomized schedules (issue 9): late effects, retries near the lease,
+# skewed clocks, a store that loses records -------------------------------------------
+
+SCHEDULE_FAULTS = ["none", "late", "late_fail", "retry_near_lease", "raise_before", "lost"]
+
+
+class MemoryLedger:
+    """The remote system: one charge per call that reaches it; ``lookup`` reconciles."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.charges: dict[str, list[dict[str, Any]]] = {}
+
+    def charge(self, key: str) -> dict[str, Any]:
+        with self._lock:
+            row = {"charge_id": sum(map(len, self.charges.values())) + 1, "key": key}
+            self.charges.setdefault(key, []).append(row)
+            return row
+
+    def lookup(self, key: str) -> dict[str, Any] | None:
+        with self._lock:
+            rows = self.charges.get(key)
+            return dict(rows[0]) if rows else None
+
+
+def schedule_worker(
+    store: headway.Store, ledger: MemoryLedger, faults: dict[str, str], skew_s: float
+) -> headway.Governor:
+    """A worker whose wall clock is off by ``skew_s``; the tool misbehaves as scheduled."""
+    lease = 1.5  # a lease far shorter than the default 30 s, yet past scheduling stalls
+    gov = headway.Governor(
+        store=store,
+        audit=[],
+        lease_s=lease,
+        in_progress_wait_s=0.05,
+        breaker=None,
+        clock=None if not skew_s else (lambda: time.time() + skew_s),
+    )
+    first: set[str] = set()
+    lock = threading.Lock()
+
+    def pay(order: str) -> dict[str, Any]:
+        fault = faults.get(order, "none")
+        with lock:
+            fresh = order not in first
+            first.add(order)
+        if fresh and fault == "raise_before":
+            raise ConnectionError("reset before the request was sent")
+        if fresh and fault == "retry_near_lease":
+            raise ConnectionError("503 with Retry-After near the lease")
+        if fresh and fault in ("late", "late_fail"):
+            time.sleep(0.06)  # past its 30 ms timeout: it acts after its caller gave up
+            row = ledger.charge(order)
+            if fault == "late_fail":
+                raise ConnectionError("reset after the charge")
+            return row
+        return ledger.charge(order)
+
+    def classify(exc: BaseException) -> Any:
+        if "Retry-After" in str(exc):
+            return RetryAfter(lease * random.uniform(0.8, 1.6))
+        return RETRYABLE
+
+    gov.register(
+        "pay",
+        pay,
+        effect="write",
+        timeout=0.03,
+        breaker=False,
+        classify=classify,
+        retry=headway.Retry(attempts=2, initial_s=0.0, jitter=False),
+        reconcile=lambda key, args: ledger.lookup(args["order"]),
+    )
+    return gov
+
+
+def run_schedules(store: headway.Store, n: int, seed: int, threads: int = 24) -> dict[str, Any]:
+    """Drive ``n`` keys, each under a random fault, through two workers whose clocks
+    disagree by up to 30 s, until every key is acknowledged. Returns the counts."""
+    rnd = random.Random(seed)
+    keys = [f"s{seed}-{i}" for i in range(n)]
+    faults = {k: rnd.choice(SCHEDULE_FAULTS) for k in keys}
+    ledger = MemoryLedger()
+    workers = [
+        schedule_worker(store, ledger, faults, 0.0),
+        schedule_worker(store, ledger, faults, rnd.choice([-30.0, 30.0])),
+    ]
+    acks: dict[str, list[Any]] = {}
+    unresolved: list[str] = []
+    ack_lock = threading.Lock()
+
+    def drive(key: str, r: random.Random) -> None:
+        for attempt in range(400):
+            gov = workers[r.randrange(2)]
+            o = gov.session(f"{key}-{attempt}").call("pay", {"order": key}, idempotency_key=key)
+            if o.status in (headway.Status.EXECUTED, headway.Status.REPLAYED):
+                with ack_lock:
+                    acks.setdefault(key, []).append(o.value)
+                if faults[key] == "lost" and len(acks[key]) == 1:
+                    store.delete(gov.idempotency_record_key(key))  # the store restarted
+                    again = gov.session(f"{key}-lost").call(
+                        "pay", {"order": key}, idempotency_key=key
+                    )
+                    with ack_lock:
+                        acks[key].append(again.value if again.status.value == "replayed" else None)
+                return
+            time.sleep(0.01)
+        unresolved.append(key)
+
+    def shard(part: list[str], r: random.Random) -> None:
+        for key in part:
+            drive(key, r)
+
+    pool = [
+        threading.Thread(target=shard, args=(keys[t::threads], random.Random(seed * 100 + t)))
+        for t in range(threads)
+    ]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    duplicates = sum(1 for rows in ledger.charges.values() if len(rows) > 1)
+    lost = sum(1 for key, results in acks.items() if any(r != ledger.lookup(key) for r in results))
+    return {
+        "schedules": n,
+        "duplicates": duplicates,
+        "lost": lost,
+        "unresolved": len(unresolved),
+        "charged_not_acknowledged": len(set(ledger.charges) - set(acks)),
+    }

@@ -297,9 +297,13 @@ def test_followers_of_a_non_json_result_get_the_object() -> None:
     assert all(o.value is marker for o in outs)
 
 
-def test_the_default_clock_follows_a_patched_time(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_default_timer_follows_a_patched_monotonic_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """TTLs in this process are measured with time.monotonic (looked up on each call, so a
+    patched one, as freezegun does, is honoured); the wall clock does not move them."""
     now = [1_000.0]
-    monkeypatch.setattr(time, "time", lambda: now[0])
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
     gov = headway.Governor()
     tool = ScriptedTool([lambda t: f"{t} at {now[0]}"])
     gov.register("price", tool, effect="read", ttl=10)

@@ -599,3 +599,117 @@ def test_a_failing_on_retry_hook_never_breaks_the_call(clock: FakeClock) -> None
     out = gov.session("r").call("q", {})
     assert out.status is Status.EXECUTED
     assert any(f.startswith("on_retry_failed") for f in gov.audit_records("r")[0]["flags"])
+
+
+# -- issue 9: durations in this process do not follow the wall clock -------------------
+
+
+class SteppedWallClock:
+    """time.time() offset by ``step`` seconds (the machine's clock was set back or ahead)."""
+
+    def __init__(self) -> None:
+        self.step = 0.0
+        self.real = time.time
+
+    def __call__(self) -> float:
+        return self.real() + self.step
+
+
+def test_a_breaker_cooldown_is_never_longer_than_configured_when_the_clock_steps_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    wall = SteppedWallClock()
+    monkeypatch.setattr(time, "time", wall)
+    gov = headway.Governor(breaker=headway.Breaker(failures=1, cooldown_s=1.0))
+    gov.register(
+        "flaky",
+        ScriptedTool([ConnectionError("down")]),
+        effect="read",
+        retry=headway.Retry(attempts=1),
+    )
+    s = gov.session("s")
+    assert err(s.call("flaky", {}))["code"] == "tool_error"
+    wall.step = -3600.0  # the wall clock is set back an hour
+    out = s.call("flaky", {"n": 1})
+    assert err(out)["code"] == "circuit_open" and err(out)["retry_after"] <= 1.0, out.error
+
+
+def test_a_ttl_read_held_in_process_follows_elapsed_time_not_the_wall_clock(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    wall = SteppedWallClock()
+    monkeypatch.setattr(time, "time", wall)
+    gov = headway.Governor()
+    price = ScriptedTool([lambda **_: {"price": 1}])
+    gov.register("price", price, effect="read", ttl=60)
+    s = gov.session("s")
+    s.call("price", {})
+    wall.step = 3600.0  # set forward an hour: a second has not passed
+    assert s.call("price", {}).status is Status.CACHED and price.count == 1
+
+
+def test_the_whole_call_is_bounded_by_the_governors_deadline(clock: FakeClock) -> None:
+    """Per-attempt timeouts times attempts do not add up past ``deadline_s``."""
+
+    def slow_failure() -> None:
+        clock.advance(1.0)  # each attempt takes a second, then fails transiently
+        raise ConnectionError("reset")
+
+    gov = headway.Governor(clock=clock, sleep=clock.sleep, deadline_s=2.5, breaker=None)
+    gov.register(
+        "fetch",
+        slow_failure,
+        effect="read",
+        timeout=1.0,
+        breaker=False,
+        retry=headway.Retry(attempts=10, initial_s=0.0, jitter=False),
+    )
+    out = gov.session("s").call("fetch", {})
+    assert out.status is Status.ERROR and out.attempts == 3, out
+    assert "deadline_reached" in gov.audit_records("s")[0]["flags"]
+
+
+async def test_hung_sync_tools_do_not_starve_healthy_ones() -> None:
+    """300 hung sync tools (more than any fixed pool) leave room for a healthy one."""
+    hang = threading.Event()
+    gov = headway.Governor(breaker=None)
+    gov.register(
+        "hung",
+        lambda i: hang.wait(10),
+        effect="read",
+        timeout=0.2,
+        breaker=False,
+        retry=headway.Retry(attempts=1),
+    )
+    gov.register(
+        "healthy",
+        lambda: {"ok": True},
+        effect="read",
+        timeout=5,
+        breaker=False,
+        retry=headway.Retry(attempts=1),
+    )
+    try:
+        calls = (gov.session(f"s{i}").acall("hung", {"i": i}) for i in range(300))
+        hung = await asyncio.gather(*calls)
+        assert {err(o)["code"] for o in hung} == {"timeout"}
+        assert gov.session("s").call("healthy", {}).status is Status.EXECUTED
+    finally:
+        hang.set()
+
+
+def test_a_hung_tool_does_not_keep_the_interpreter_from_exiting(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    script = tmp_path / "hung.py"
+    script.write_text(
+        "import threading, headway\n"
+        "gov = headway.Governor()\n"
+        "gov.register('hung', lambda: threading.Event().wait(120), effect='read', timeout=0.1)\n"
+        "print(gov.session('s').call('hung', {}).error['code'])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "timeout", done.stderr

@@ -52,8 +52,11 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
     policy = _policy(gov, c)
     b = _breaker(gov, spec)
     classify = spec.classify or default_classify
-    start = gov.clock()
+    start = gov.timer()
     while True:
+        # a retry never starts on a claim that may have expired: renew it first
+        if c.held is not None and c.attempts and not (yield from _renewed(gov, c)):
+            return
         probe = False
         steady = (
             b is not None
@@ -64,7 +67,7 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
             c.breaker = "closed"  # admit() would allow and change nothing
         elif b is not None:
             lease = b.probe_lease_s or spec.timeout or 60.0
-            now = gov.clock()
+            now = gov.clock() if b.shared else gov.timer()
             admit = lambda s, n=now, le=lease: brk.admit(b, s, n, le)  # noqa: E731
             decision, retry_after = (
                 (yield from breaker_update(gov, spec, b, admit))
@@ -77,8 +80,10 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
                 return
             probe = decision == "probe"
         timeout = spec.timeout
-        if policy.deadline_s is not None:
-            left = policy.deadline_s - (gov.clock() - start)
+        # a tool without a timeout runs inline: only its retry policy's deadline cuts it
+        deadline = _deadline(gov, policy) if timeout is not None else policy.deadline_s
+        if deadline is not None:
+            left = max(deadline - (gov.timer() - start), 0.001)
             timeout = left if timeout is None else min(timeout, left)
         c.attempts += 1
         try:
@@ -101,7 +106,7 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
             if b is not None and not (
                 steady and brk.steady(b, gov.breakers.get(spec.name, brk.CLOSED))
             ):
-                now = gov.clock()
+                now = gov.clock() if b.shared else gov.timer()
                 ok = lambda s, n=now, p=probe: (brk.record(b, s, True, p, n), None)  # noqa: E731
                 if b.shared:
                     yield from breaker_update(gov, spec, b, ok)
@@ -113,7 +118,7 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
         c.executed = True
         verdict = _classify(classify, failure, timed_out, spec)
         if b is not None:
-            now = gov.clock()
+            now = gov.clock() if b.shared else gov.timer()
             if _ignored(b, failure, verdict, timed_out):
                 yield from breaker_update(
                     gov, spec, b, lambda s, p=probe: (brk.release(s, p), None)
@@ -131,9 +136,13 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
             )
             return
         _fail(c, failure, verdict, timed_out)
-        elapsed = gov.clock() - start
+        elapsed = gov.timer() - start
         delay = policy.next_delay(c.attempts, verdict, elapsed, gov.rng)
         if delay is None:
+            return
+        deadline = _deadline(gov, policy)
+        if deadline is not None and elapsed + delay >= deadline:
+            c.flag("deadline_reached")
             return
         with st.lock:
             if not st.meter.retry_allowed(spec.name):
@@ -187,6 +196,29 @@ def error_text(value: Any) -> str:
         if texts and all(isinstance(t, str) for t in texts):
             return "\n".join(t for t in texts if isinstance(t, str))
     return result_text(value)
+
+
+def _deadline(gov: Governor, policy: Retry) -> float | None:
+    """The whole call's bound: the retry policy's ``deadline_s`` within the governor's."""
+    bounds = [d for d in (policy.deadline_s, gov.deadline_s) if d is not None]
+    return min(bounds) if bounds else None
+
+
+def _renewed(gov: Governor, c: Call) -> Plan[bool]:
+    try:
+        ok = yield Blocking(c.held.renew, (), gov.store.blocking)
+    except Exception as exc:
+        ok = False
+        c.flag(f"store_error: {type(exc).__name__}: {describe(exc)}"[:300])
+    if not ok:
+        c.status, c.value = UNKNOWN, None
+        c.error = error_info(
+            "lease_lost",
+            "the claim on this operation's key could not be renewed before a retry",
+            retryable=False,
+            hint="Do not repeat this call; call again with the same key to get its outcome.",
+        )
+    return bool(ok)
 
 
 def _classify(classify: Any, exc: BaseException, timed_out: bool, spec: ToolSpec) -> Classification:

@@ -49,6 +49,7 @@ class Call:
     result_digest: str | None = None
     result_size: int | None = None
     late: Any = None  # an attempt abandoned after a timeout, still running
+    held: Any = None  # the claim on the idempotency key while the write runs (_leases.Held)
     looked_up: bool = False  # begin() already looked the read up (an in-process store)
     agent: str | None = None  # the agent making the call, in a multi-agent run
     fn: Any = None  # what runs the tool: the spec's function, or the caller's ``run=``

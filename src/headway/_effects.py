@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import inspect
+import queue
 import threading
 import time
 from collections.abc import Callable, Generator, Mapping
@@ -58,9 +59,55 @@ class Wait(NamedTuple):
 Effect = Blocking | Attempt | Sleep | Wait
 Plan = Generator[Effect, Any, T]
 
-# Sync tools that have a timeout run here so that a hung one can be abandoned. Threads
-# are created on demand; an abandoned thread holds its slot until the tool returns.
-_pool = concurrent.futures.ThreadPoolExecutor(max_workers=256, thread_name_prefix="headway-tool")
+
+class Threads:
+    """Where sync tools with a timeout run, so that a hung one can be abandoned.
+
+    The pool grows: a call that finds no idle thread starts one, so hung tools never take
+    capacity from healthy ones. Threads are daemons (a hung tool never keeps the
+    interpreter from exiting) and leave after a minute idle. A job whose caller gave up
+    before it started (``Future.cancel``) never starts.
+    """
+
+    def __init__(self, idle_s: float = 60.0) -> None:
+        self._jobs: queue.SimpleQueue[tuple[concurrent.futures.Future[Any], Any, tuple[Any, ...]]]
+        self._jobs = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0  # idle threads not yet promised a job
+        self._idle_s = idle_s
+
+    def submit(self, fn: Callable[..., T], *args: Any) -> concurrent.futures.Future[T]:
+        fut: concurrent.futures.Future[T] = concurrent.futures.Future()
+        with self._lock:
+            start = self._idle == 0
+            if not start:
+                self._idle -= 1
+        self._jobs.put((fut, fn, args))
+        if start:
+            threading.Thread(target=self._work, name="headway-tool", daemon=True).start()
+        return fut
+
+    def _work(self) -> None:
+        while True:
+            try:
+                fut, fn, args = self._jobs.get(timeout=self._idle_s)
+            except queue.Empty:
+                with self._lock:
+                    if self._idle > 0:  # nobody was promised this thread: leave
+                        self._idle -= 1
+                        return
+                continue  # a job is on its way to us
+            if fut.set_running_or_notify_cancel():
+                try:
+                    fut.set_result(fn(*args))
+                except BaseException as exc:
+                    fut.set_exception(exc)
+            del fut, fn, args
+            with self._lock:
+                self._idle += 1
+
+
+_pool = Threads()
 
 
 async def _awaited(awaitable: Any) -> Any:
@@ -101,7 +148,8 @@ def _attempt_sync(e: Attempt, sleep: Callable[[float], None]) -> Any:
     except TimeoutError:
         if fut.done():
             raise  # the tool's own timeout: the pipeline treats it as one too
-        raise AttemptTimeout(e.timeout or 0.0, fut) from None
+        # an attempt that has not started yet never will; one that has runs on, abandoned
+        raise AttemptTimeout(e.timeout or 0.0, None if fut.cancel() else fut) from None
 
 
 def drive_sync(plan: Plan[T], sleep: Callable[[float], None] = time.sleep) -> T:
@@ -143,7 +191,7 @@ async def _attempt_async(e: Attempt) -> Any:
     except TimeoutError:
         if fut.done():
             raise
-        raise AttemptTimeout(e.timeout or 0.0, fut) from None
+        raise AttemptTimeout(e.timeout or 0.0, None if fut.cancel() else fut) from None
 
 
 async def drive_async(plan: Plan[T], sleep: Callable[[float], Any] = asyncio.sleep) -> T:

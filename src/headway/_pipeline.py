@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ._attempts import execute
@@ -28,7 +28,7 @@ from ._spec import ToolSpec
 from .audit import summarize
 from .errors import ArgumentError
 from .idempotency import step_key
-from .outcome import CACHED, CORRECTED, EXECUTED, UNKNOWN, Outcome, error_info
+from .outcome import CACHED, CORRECTED, EXECUTED, REPLAYED, UNKNOWN, Outcome, error_info
 
 if TYPE_CHECKING:
     from ._session import Governor
@@ -114,8 +114,36 @@ def plan(gov: Governor, st: SessionState, c: Call) -> Plan[Outcome]:
     if c.effect == "read":
         yield from _read(gov, st, c)
     else:
-        yield from gov.writes.run(gov, st, c)
+        yield from _write(gov, st, c)
     return settle(gov, st, c)
+
+
+_MAY_HAVE_CHANGED = frozenset((EXECUTED, REPLAYED, UNKNOWN))
+
+
+def _write(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
+    """A write: the key's state machine (``idempotency.Writes``) decides, the tool runs
+    when it hands out a ticket, and any outcome that may reflect a change (executed,
+    replayed, unknown) makes the session's cached reads stale."""
+    writes = gov.writes
+    if not gov.enforce:  # shadow mode: run as if headway were absent, note what it would do
+        yield from writes.shadow(gov, c)
+        yield from execute(gov, st, c)
+        yield from writes.shadow_record(gov, c)
+    else:
+        ticket = yield from writes.before(gov, st, c)
+        if ticket is not None:
+            if ticket is not True:
+                c.held = ticket
+            try:
+                yield from execute(gov, st, c)
+            except BaseException:
+                yield from writes.interrupted(gov, c, ticket)
+                raise
+            yield from writes.after(gov, st, c, ticket)
+    recordable(c)  # an unkeyed write whose result cannot be written: an ERROR that says it ran
+    if c.executed or c.status in _MAY_HAVE_CHANGED:
+        yield from invalidate(gov, st, c)
 
 
 def _new_call(
@@ -167,14 +195,24 @@ def _cache_key(gov: Governor, st: SessionState, c: Call) -> str:
     return c.cache_key
 
 
+def _age_clock(gov: Governor) -> Callable[[], float]:
+    """The clock of a cache entry's time: monotonic in this process; the wall clock in a
+    shared store (the store's own TTL bounds it too)."""
+    return gov.clock if gov.store.blocking else gov.timer
+
+
 def _fresh(gov: Governor, spec: ToolSpec, entry: Any) -> bool:
-    """A cache entry that may be served (a TTL entry within its TTL)."""
+    """A cache entry that may be served (a TTL entry within its TTL; an entry from the
+    future, written before the clock was set back, is stale)."""
     if type(entry) is not dict or "v" not in entry:
         return False  # absent, or not a record headway wrote: never served, never raised
     if spec.ttl is None:
         return True
     t = entry.get("t")
-    return (type(t) is float or type(t) is int) and gov.clock() - t < spec.ttl
+    if not (type(t) is float or type(t) is int):
+        return False
+    age = _age_clock(gov)() - t
+    return 0 <= age < spec.ttl
 
 
 def _served(gov: Governor, st: SessionState, c: Call, entry: Any) -> bool:
@@ -239,7 +277,12 @@ def _read(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
             c.text = c.text if c.text is not None else result_text(c.value)
             if len(c.text) <= gov.max_cached_bytes:
                 c.result_digest, c.result_size = digest(c.text), len(c.text)
-                entry = {"v": c.value, "t": gov.clock(), "d": c.result_digest, "n": c.result_size}
+                entry = {
+                    "v": c.value,
+                    "t": _age_clock(gov)(),
+                    "d": c.result_digest,
+                    "n": c.result_size,
+                }
                 ok = yield from store_op(
                     gov, c, "set", c.cache_key, entry, spec.ttl or gov.cache_gc_s
                 )
@@ -384,11 +427,3 @@ def direct_op(gov: Governor, c: Call, op: str, *args: Any) -> Any:
 
 def flag_store_error(c: Call, exc: BaseException) -> None:
     c.flag(f"store_error: {type(exc).__name__}: {describe(exc)}"[:300])
-
-
-def execute_write(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
-    """Run a write; if it may have acted, the session's cached reads are stale."""
-    yield from execute(gov, st, c)
-    recordable(c)
-    if c.executed or c.status is UNKNOWN:
-        yield from invalidate(gov, st, c)

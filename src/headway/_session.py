@@ -41,6 +41,10 @@ def _wall_clock() -> float:
     return time.time()  # looked up on each call, so a patched time.time is honoured
 
 
+def _monotonic() -> float:
+    return time.monotonic()  # looked up on each call too
+
+
 log = logging.getLogger("headway")
 
 
@@ -75,6 +79,7 @@ class Governor:
         idempotency_ttl_s: float = 86_400.0,
         in_progress_wait_s: float = 5.0,
         lease_s: float | None = None,
+        deadline_s: float | None = 120.0,
         store_failure: str = "closed",
         breaker: Breaker | None = None,
         clock: Callable[[], float] | None = None,
@@ -117,9 +122,11 @@ class Governor:
         self.idempotency_ttl_s = idempotency_ttl_s
         self.in_progress_wait_s = in_progress_wait_s
         self.lease_s = lease_s
+        self.deadline_s = deadline_s  # every call's total time: all attempts and retry waits
         self.store_failure = store_failure
         self.default_breaker = breaker or Breaker()
-        self.clock = clock or _wall_clock
+        self.clock = clock or _wall_clock  # timestamps: audit records, stored records
+        self.timer = clock or _monotonic  # durations in this process (never steps back)
         self.sleep = sleep
         self.rng = rng
         self.on_retry = on_retry

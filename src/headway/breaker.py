@@ -61,6 +61,8 @@ def admit(b: Breaker, st: State, now: float, lease_s: float) -> tuple[State, Adm
     if kind == "closed":
         return st, ("allow", 0.0)
     if kind == "open":
+        if now < st["opened_at"]:  # the clock was set back: the cooldown restarts from now
+            st = {**st, "opened_at": now}
         ready_at = st["opened_at"] + b.cooldown(st["opens"])
         if now < ready_at:
             return st, ("reject", ready_at - now)

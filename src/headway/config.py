@@ -56,6 +56,7 @@ _GOVERNOR_FIELDS = {
     "idempotency_ttl_s",
     "in_progress_wait_s",
     "lease_s",
+    "deadline_s",
     "store_failure",
     "agent",
     "budgets",

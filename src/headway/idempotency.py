@@ -1,18 +1,27 @@
 """Writes (semantics §5): exactly once per idempotency key; UNKNOWN reconciled first.
 
-A keyed write's record lives in the store under ``{ns}:idem:{key}``::
+The life of a key, as one state machine whose store operations are effects the pipeline
+yields (no I/O here, no call back into the pipeline). Its record lives in the store under
+``{ns}:idem:{key}``::
 
-    IN_PROGRESS(owner, lease) -> COMPLETED(result)        the tool returned
-                              -> released (deleted)        the tool raised: it may run again
-                              -> FAILED_FINAL(error)       opt-in: a final business error
-                              -> UNKNOWN                   timeout, interrupt, lost lease,
-                                                           result not stored
-    UNKNOWN -> reconcile(key, args) on next use: found -> COMPLETED (REPLAYED),
-               None -> one new execution, raises or missing -> stays UNKNOWN
+    absent --claim (store.add)--> IN_PROGRESS(owner, beat, lease_s)
+        the owner keeps the lease alive (``_leases``) while its attempt runs anywhere in
+        this process, including an attempt abandoned after a timeout
+    IN_PROGRESS -> COMPLETED(result)     the tool returned (or its late attempt did)
+                -> released (deleted)    the tool raised: it may run again
+                -> FAILED_FINAL(error)   opt-in: a final business error
+                -> UNKNOWN               interrupt, a timed-out attempt that cannot act
+                                         late, an abandoned attempt that failed, or an
+                                         owner that stopped renewing its lease (died)
+    UNKNOWN --next use--> reconcile(key, args): found -> COMPLETED, returned as REPLAYED;
+                          None -> one new execution; raises or missing -> stays UNKNOWN
+    COMPLETED --next use--> REPLAYED (same arguments) | KeyReuseError (other arguments)
 
-The claim is ``store.add`` (atomic in every store); every later transition is a
-``store.swap`` against the exact record read, so only one owner ever wins. Expiry (24 h by
-default) is decided here with the governor's clock; the store's TTL only collects garbage.
+``Writes.before`` decides (claim, wait, replay, reconcile) and returns a ticket when the
+tool must run; the pipeline runs it and hands the ticket to ``Writes.after``. Every
+transition after the claim is a compare-and-set against the exact record read, so only
+one owner ever wins. Expiry of a settled record (24 h by default) is decided with the
+governor's clock; an in-progress record is governed only by its lease.
 
 An unkeyed write runs every time, except right after an identical write of the session
 ended UNKNOWN (§5.4): then it is a retry of that write and is reconciled the same way.
@@ -20,22 +29,137 @@ ended UNKNOWN (§5.4): then it is a retry of that write and is reconciled the sa
 
 from __future__ import annotations
 
+import base64
 import concurrent.futures
+import datetime as dt
+import decimal
+import math
+import pathlib
 import threading
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from ._canonical import digest
+from ._call import Call, describe
+from ._canonical import _to_json, canonical_json, digest
 from ._effects import Blocking, Plan, Sleep
-from .errors import KeyReuseError, StoreError
+from ._leases import Held, Keeper
+from .errors import ArgumentError, KeyReuseError, StoreError
 from .outcome import ERROR, EXECUTED, REPLAYED, UNKNOWN, error_info
 
 if TYPE_CHECKING:
-    from ._call import Call
     from ._session import Governor
     from ._state import SessionState
 
-_POLL_S = 0.02  # how often a duplicate checks on an in-flight write
+_POLL_S = 0.02  # first wait on an in-flight write; doubles up to _POLL_MAX_S
+_POLL_MAX_S = 0.5
+_TURNS = 40  # bound on claim attempts in one call (each one follows a store change)
+_STATES = ("in_progress", "completed", "unknown", "failed_final")
+DEFAULT_LEASE_S = 30.0
+RUN = True  # the ticket of a write that runs without a claim (unkeyed, or store_failure="open")
+
+
+# -- results in the record --------------------------------------------------------------
+
+
+def encode_result(value: Any) -> tuple[Any, str | None]:
+    """(JSON form, None) or (None, why it cannot be recorded).
+
+    Plain JSON is kept as it is. Anything else takes the tagged canonical forms of tool
+    arguments (``{"$datetime": ...}``, ``{"$decimal": ...}``, ``{"$bytes": ...}``,
+    ``{"$set": [...]}``, ``{"$float": "NaN"}``, ...), marked ``"enc": "tagged"`` in the
+    record and turned back into those types on replay. A value with no canonical form
+    (an arbitrary object, a dict with non-string keys) cannot be recorded.
+    """
+    try:
+        tagged = _to_json(value, "result", set())
+    except (ArgumentError, RecursionError) as exc:
+        return None, f"the result has no JSON form ({describe(exc)})"
+    if _same_json(tagged, value):
+        return {"v": value}, None
+    return {"v": tagged, "enc": "tagged"}, None
+
+
+def _same_json(tagged: Any, value: Any) -> bool:
+    """Whether ``value`` is already plain JSON that the tagged form leaves unchanged."""
+    if type(value) is not type(tagged) and not (type(value) is float and type(tagged) is int):
+        return False
+    if isinstance(value, dict):
+        return value.keys() == tagged.keys() and all(_same_json(tagged[k], value[k]) for k in value)
+    if isinstance(value, list):
+        return len(value) == len(tagged) and all(map(_same_json, tagged, value))
+    return bool(value == tagged)
+
+
+def decode_result(stored: Any) -> Any:
+    if not isinstance(stored, dict):
+        return None
+    value = stored.get("v")
+    return _untag(value) if stored.get("enc") == "tagged" else value
+
+
+_UNTAG: dict[str, Any] = {
+    "$bytes": base64.b64decode,
+    "$datetime": dt.datetime.fromisoformat,
+    "$date": dt.date.fromisoformat,
+    "$time": dt.time.fromisoformat,
+    "$decimal": decimal.Decimal,
+    "$uuid": uuid.UUID,
+    "$path": pathlib.PurePath,
+    "$float": float,
+    "$int": int,
+}
+
+
+def _untag(v: Any) -> Any:
+    if isinstance(v, list):
+        return [_untag(x) for x in v]
+    if not isinstance(v, dict):
+        return v
+    if len(v) == 1:
+        ((tag, inner),) = v.items()
+        if tag in _UNTAG:
+            return _UNTAG[tag](inner)
+        if tag == "$set":
+            items = [_untag(x) for x in inner]
+            try:
+                return set(items)
+            except TypeError:
+                return items
+    return {(k[1:] if k.startswith("$$") else k): _untag(x) for k, x in v.items()}
+
+
+def malformed(record: Any) -> str | None:
+    """Why a stored idempotency record cannot be trusted, or None."""
+    if not isinstance(record, dict):
+        return f"not an object but {type(record).__name__}"
+    state = record.get("state")
+    if state not in _STATES:
+        return f"unknown state {state!r}"
+    for name in ("tool", "args"):
+        if not isinstance(record.get(name), str):
+            return f"{name!r} is {record.get(name)!r}"
+    for name in ("created", "expires", "lease_s"):
+        v = record.get(name)
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            return f"{name!r} is {v!r}"
+    beat = record.get("beat")
+    if isinstance(beat, bool) or not isinstance(beat, int):
+        return f"'beat' is {beat!r}"
+    if state == "in_progress" and (
+        not isinstance(record.get("owner"), str) or record["lease_s"] <= 0
+    ):
+        return "an in-progress record without an owner or a lease"
+    return None
+
+
+def step_key(namespace: str, run_id: str, step_id: str) -> str:
+    """The key of a workflow step: sha256 of the canonical JSON array
+    ``["step", namespace, run_id, step_id]``, so distinct (run, step) pairs never share a
+    key whatever characters they contain; the same step keeps its key across retries."""
+    return digest(canonical_json(["step", namespace, run_id, step_id]))
+
+
+# -- in-process memory of attempts and keys ---------------------------------------------
 
 
 class LateResults:
@@ -70,158 +194,244 @@ class LateResults:
             self._by_key.pop(key, None)
 
 
+class _Bounded(dict[str, Any]):
+    def put(self, key: str, value: Any) -> None:
+        self.pop(key, None)
+        self[key] = value
+        while len(self) > 10_000:
+            self.pop(next(iter(self)))
+
+
 class Writes:
-    """The write path of the pipeline (keyed and unkeyed)."""
+    """The write path: what happens to a write before and after its tool runs."""
 
     def __init__(self) -> None:
         self.late = LateResults()
+        self.keeper = Keeper()
+        # keys this process saw settled: a record that then disappears was lost by the store
+        self.used = _Bounded()
+        # records of other owners we are watching: rkey -> (owner, beat, first seen)
+        self._seen = _Bounded()
 
-    def run(self, gov: Governor, st: SessionState, c: Call) -> Plan[None]:
+    # -- before the tool runs ---------------------------------------------------------
+
+    def before(self, gov: Governor, st: SessionState, c: Call) -> Plan[Held | bool | None]:
+        """A ticket to run the tool (a claim, or ``RUN``), or None when settled here."""
         if c.idem_key is not None:
-            yield from self._keyed(gov, st, c)
-        else:
-            yield from self._unkeyed(gov, st, c)
-
-    # -- unkeyed: the UNKNOWN rule (§5.4) ---------------------------------------------
-
-    def _unkeyed(self, gov: Governor, st: SessionState, c: Call) -> Plan[None]:
-        from ._pipeline import execute_write
-
-        rkey = f"unkeyed:{st.session_id}:{c.spec.name}:{c.args_digest[:32]}"
+            return (yield from self._keyed(gov, c))
+        rkey = _unkeyed_key(st, c)
         if rkey in st.unknown_writes:
-            verdict = yield from self._reconcile(gov, c, rkey)
+            verdict, result = yield from self._reconcile(gov, c, rkey)
+            if verdict == "found":
+                st.unknown_writes.pop(rkey, None)
+                self._replay(c, result, "late" if result[0] == "late" else "reconciled")
+                return None
             if verdict != "absent":
-                if verdict == "found":
-                    st.unknown_writes.pop(rkey, None)
-                return
+                return None
             st.unknown_writes.pop(rkey, None)
-        yield from execute_write(gov, st, c)
-        if c.status is UNKNOWN:
-            c.reconcile_key = rkey
-            st.unknown_writes[rkey] = gov.clock()
-            self._keep_late(c, rkey)
+        return RUN
 
-    # -- keyed: exactly once per key (§5.2, §5.3) -------------------------------------
-
-    def _keyed(self, gov: Governor, st: SessionState, c: Call) -> Plan[None]:
-        from ._pipeline import execute_write
-
+    def _keyed(self, gov: Governor, c: Call) -> Plan[Held | bool | None]:
         key = c.idem_key or ""
         rkey = gov.idempotency_record_key(key)
+        gc_s = gov.idempotency_ttl_s + 3600
         c.reconcile_key = key
         owner = uuid.uuid4().hex
-        waited = 0.0
-        for _ in range(1000):
+        waited, poll = 0.0, _POLL_S
+        for turn in range(_TURNS):
+            if turn >= 3:  # the record keeps changing under us: back off
+                yield Sleep(min(_POLL_S * 2 ** (turn - 3), _POLL_MAX_S))
             now = gov.clock()
             claim = self._claim(gov, c, owner, now)
             try:
-                won = yield Blocking(gov.store.add, (rkey, claim, gov.idempotency_ttl_s + 3600))
-                record = None if won else (yield Blocking(gov.store.get, (rkey,)))
+                won = yield Blocking(gov.store.add, (rkey, claim, gc_s), gov.store.blocking)
+                record = (
+                    None if won else (yield Blocking(gov.store.get, (rkey,), gov.store.blocking))
+                )
             except Exception as exc:
-                yield from self._store_down(gov, st, c, exc)
-                return
+                return self._store_down(gov, c, exc)
             if won:
-                break
+                held = Held(gov.store, rkey, claim, gc_s)
+                self.keeper.hold(held)
+                if rkey in self.used:  # we settled it before: the store lost the record
+                    return (yield from self._restore(gov, c, held))
+                return held
             if record is None:
                 continue  # released or collected in between: claim again
-            if now >= record.get("expires", now + 1):
+            problem = malformed(record)
+            if problem is not None:
+                return self._store_down(
+                    gov, c, StoreError(f"malformed idempotency record for key {key}: {problem}")
+                )
+            state = record["state"]
+            if state != "in_progress" and now >= record["expires"]:
                 # an expired record is as good as absent: take it over atomically
                 taken = yield from _swap(gov, rkey, record, claim)
                 if taken:
-                    break
+                    held = Held(gov.store, rkey, claim, gc_s)
+                    self.keeper.hold(held)
+                    return held
                 continue
-            if record.get("args") != c.args_digest or record.get("tool") != c.spec.name:
-                raise KeyReuseError(key, str(record.get("tool")))
-            state = record.get("state")
+            if record["args"] != c.args_digest or record["tool"] != c.spec.name:
+                raise KeyReuseError(key, str(record["tool"]))
             if state == "completed":
-                c.status, c.value, c.idem_state = REPLAYED, record.get("result"), "completed"
-                return
+                self.used.put(rkey, True)
+                self._replay(c, ("stored", decode_result(record.get("result"))), None)
+                if record.get("unrecordable"):
+                    c.flag("result_not_recordable")
+                return None
             if state == "failed_final":
                 c.status, c.idem_state = ERROR, "failed_final"
                 c.error = record.get("error")
-                return
-            if state == "in_progress":
-                if now < record.get("lease", 0):
-                    if waited >= gov.in_progress_wait_s:
-                        c.status, c.idem_state = ERROR, "in_progress"
-                        retry_after = max(record["lease"] - now, _POLL_S)
-                        c.error = error_info(
-                            "in_progress",
-                            f"this operation (key {key}) is being performed by another caller",
-                            retryable=True,
-                            hint="Wait for it, then call again with the same key to get its result.",
-                            retry_after=round(min(retry_after, 60.0), 3),
-                        )
-                        return
-                    yield Sleep(_POLL_S)
-                    waited += _POLL_S
-                    continue
-                # its owner died or hung past the lease: the write may have happened
-                unknown = {**record, "state": "unknown", "unknown_at": now, "owner": None}
-                yield from _swap(gov, rkey, record, unknown)
-                continue
+                return None
             if state == "unknown":
-                verdict = yield from self._reconcile(gov, c, key, rkey, record)
+                verdict, result = yield from self._reconcile(gov, c, key, record)
+                if verdict == "found":
+                    done = self._done(gov, record, result[1], "reconciled")
+                    if (yield from _swap(gov, rkey, record, done)):
+                        self.used.put(rkey, True)
+                        self._replay(c, result, "late" if result[0] == "late" else "reconciled")
+                        return None
+                    continue
                 if verdict == "absent":
-                    taken = yield from _swap(gov, rkey, record, claim)
-                    if taken:
-                        break
+                    if (yield from _swap(gov, rkey, record, claim)):
+                        held = Held(gov.store, rkey, claim, gc_s)
+                        self.keeper.hold(held)
+                        return held
                     continue
-                if verdict == "raced":
+                return None
+            # in progress: its owner is alive while its beat moves
+            mine = self.keeper.get(rkey)
+            left = float(record["lease_s"])
+            if mine is not None and mine.owner == record["owner"]:
+                if mine.late is not None:  # our own attempt, abandoned after a timeout
+                    if (yield Blocking(self.keeper.settle, (mine,), gov.store.blocking)):
+                        continue  # it has just ended: its outcome is recorded now
+                    self._still_unknown(c, "the abandoned attempt is still running")
+                    return None
+            else:
+                age = self._watch(gov, rkey, record)
+                left = max(float(record["lease_s"]) - age, 0.0)
+                if left <= 0:
+                    # its owner stopped renewing (died): the write may have happened
+                    unknown = {**record, "state": "unknown", "owner": None, "unknown_at": now}
+                    unknown["expires"] = now + gov.idempotency_ttl_s
+                    yield from _swap(gov, rkey, record, unknown)
                     continue
-                return
-            continue  # a state we do not know (newer version): look again
-        else:
-            c.status = ERROR
-            c.error = error_info("in_progress", "could not claim the key", retryable=True, hint="")
-            return
-        # we own the key: run the tool once
-        c.idem_state = "in_progress"
-        try:
-            yield from execute_write(gov, st, c)
-        except BaseException:
-            # interrupted while the tool may have acted: UNKNOWN, never deleted
-            try:
-                unknown = {**claim, "state": "unknown", "unknown_at": gov.clock(), "owner": None}
-                yield from _swap(gov, rkey, claim, unknown)
-            finally:
-                c.idem_state = "unknown"
-            raise
-        yield from self._settle_claim(gov, c, rkey, claim)
+            if waited >= gov.in_progress_wait_s:
+                c.status, c.idem_state = ERROR, "in_progress"
+                c.error = error_info(
+                    "in_progress",
+                    f"this operation (key {key}) is being performed by another caller",
+                    retryable=True,
+                    hint="Wait for it, then call again with the same key to get its result.",
+                    retry_after=round(min(max(poll, min(left, 1.0)), 60.0), 3),
+                )
+                return None
+            step = min(poll, max(gov.in_progress_wait_s - waited, 0.001))
+            yield Sleep(step)
+            waited, poll = waited + step, min(poll * 2, _POLL_MAX_S)
+        c.status, c.idem_state = ERROR, "in_progress"
+        c.error = error_info(
+            "in_progress",
+            f"the record of key {key} kept changing; nothing was done",
+            retryable=True,
+            hint="Call again with the same key shortly.",
+            retry_after=_POLL_MAX_S,
+        )
+        return None
+
+    def _watch(self, gov: Governor, rkey: str, record: dict[str, Any]) -> float:
+        """Seconds (on our own clock) since we first saw this exact beat of the record."""
+        now = gov.timer()
+        ident = (record["owner"], record["beat"])
+        seen = self._seen.get(rkey)
+        if seen is None or seen[0] != ident:
+            self._seen.put(rkey, (ident, now))
+            return 0.0
+        return max(now - float(seen[1]), 0.0)
 
     def _claim(self, gov: Governor, c: Call, owner: str, now: float) -> dict[str, Any]:
-        # long enough for every attempt of the call; past it, the owner is presumed dead
-        lease = gov.lease_s or (c.spec.timeout or 60.0) * 3 + 5.0
         return {
             "state": "in_progress",
             "tool": c.spec.name,
             "args": c.args_digest,
             "owner": owner,
-            "lease": now + lease,
+            "beat": 0,
+            "lease_s": float(gov.lease_s or DEFAULT_LEASE_S),
             "created": now,
             "expires": now + gov.idempotency_ttl_s,
         }
 
-    def _settle_claim(self, gov: Governor, c: Call, rkey: str, claim: dict[str, Any]) -> Plan[None]:
-        """Record what happened to the write we ran."""
-        from ._pipeline import flag_store_error
+    def _done(self, gov: Governor, base: dict[str, Any], value: Any, how: str) -> dict[str, Any]:
+        result, why = encode_result(value)
+        done = {**base, "state": "completed", "result": result, "owner": None, "by": how}
+        done["done_at"] = now = gov.clock()
+        done["expires"] = now + gov.idempotency_ttl_s
+        if why is not None:
+            done["unrecordable"] = why
+        return done
 
+    def _replay(self, c: Call, found: tuple[str, Any], how: str | None) -> None:
+        c.status, c.value, c.idem_state = REPLAYED, found[1], "completed"
+        if how is not None:
+            c.flag(f"reconciled_by_{how}")
+
+    def _restore(self, gov: Governor, c: Call, held: Held) -> Plan[Held | None]:
+        """We hold a fresh claim on a key this process saw settled: the store lost its
+        record. Reconcile first (§5.3); run only when the remote confirms absence."""
+        c.flag("record_lost")
         key = c.idem_key or ""
-        now = gov.clock()
+        verdict, result = yield from self._reconcile(gov, c, key, held.record)
+        if verdict == "absent":
+            return held
+        if verdict == "found":
+            new: dict[str, Any] = self._done(gov, held.record, result[1], "reconciled")
+        else:
+            new = {**held.record, "state": "unknown", "owner": None, "unknown_at": gov.clock()}
+        try:
+            yield Blocking(held.swap, (new,), gov.store.blocking)
+        except Exception as exc:
+            c.flag(f"store_error: {describe(exc)}"[:300])
+        self.keeper.drop(held)
+        if verdict == "found":
+            self._replay(c, result, "late" if result[0] == "late" else "reconciled")
+        return None
+
+    # -- after the tool ran -----------------------------------------------------------
+
+    def after(self, gov: Governor, st: SessionState, c: Call, ticket: Held | bool) -> Plan[None]:
+        """Record what happened to the write we ran."""
+        if not isinstance(ticket, Held):
+            if c.idem_key is None and c.status is UNKNOWN:
+                rkey = _unkeyed_key(st, c)
+                c.reconcile_key = rkey
+                st.unknown_writes[rkey] = gov.clock()
+                if c.late is not None:
+                    self.late.keep(rkey, c.late)
+            return
+        held, key = ticket, c.idem_key or ""
         if c.status is EXECUTED:
-            done = {**claim, "state": "completed", "result": c.value, "owner": None, "done_at": now}
+            done = self._done(gov, held.record, c.value, "owner")
+            if "unrecordable" in done:
+                c.flag("result_not_recordable")
             try:
-                saved = yield Blocking(
-                    gov.store.swap, (rkey, claim, done, gov.idempotency_ttl_s + 3600)
-                )
+                saved = yield Blocking(held.swap, (done,), gov.store.blocking)
             except Exception as exc:
                 saved = False
-                flag_store_error(c, exc)
+                c.flag(f"store_error: {type(exc).__name__}: {describe(exc)}"[:300])
             if saved:
+                self.keeper.drop(held)
+                self.used.put(held.rkey, True)
                 c.idem_state = "completed"
                 return
             # the tool ran but its result is not recorded: UNKNOWN, resolved from here
             self.late.keep(key, ("done", c.value))
+            if not held.lost:  # the store failed: the keeper records it when it can
+                value = c.value
+                self._abandon(gov, held, _finished(value))
+            else:
+                self.keeper.drop(held)
             c.status, c.idem_state, c.value = UNKNOWN, "unknown", None
             c.error = error_info(
                 "result_not_recorded",
@@ -231,75 +441,91 @@ class Writes:
             )
             return
         if c.status is UNKNOWN:
-            unknown = {**claim, "state": "unknown", "unknown_at": now, "owner": None}
-            yield from _swap(gov, rkey, claim, unknown)
             c.idem_state = "unknown"
-            self._keep_late(c, key)
+            late = c.late
+            if late is not None and not held.lost:
+                # the attempt runs on: keep the claim until it ends, then record its outcome
+                self.late.keep(key, late)
+                self._abandon(gov, held, late)
+                return
+            yield from self.interrupted(gov, c, held)
             return
         if c.status is ERROR and c.spec.failed_final and c.error and not c.error.get("retryable"):
-            final = {**claim, "state": "failed_final", "error": c.error, "owner": None}
-            yield from _swap(gov, rkey, claim, final)
+            final = {**held.record, "state": "failed_final", "error": c.error, "owner": None}
+            final["expires"] = gov.clock() + gov.idempotency_ttl_s
+            yield from _held_swap(gov, c, held, final)
+            self.keeper.drop(held)
             c.idem_state = "failed_final"
             return
         # the tool raised (before its side effect, by the tool's contract): release the key
-        yield from _swap(gov, rkey, claim, None)
+        yield from _held_swap(gov, c, held, None)
+        self.keeper.drop(held)
         c.idem_state = "released"
 
-    def _keep_late(self, c: Call, key: str) -> None:
-        late = getattr(c, "late", None)
-        if late is not None:
-            self.late.keep(key, late)
+    def interrupted(self, gov: Governor, c: Call, ticket: Held | bool) -> Plan[None]:
+        """The attempt may have acted and nothing runs on: the record becomes UNKNOWN."""
+        if isinstance(ticket, Held):
+            unknown = {**ticket.record, "state": "unknown", "owner": None}
+            unknown["unknown_at"] = now = gov.clock()
+            unknown["expires"] = now + gov.idempotency_ttl_s
+            try:
+                yield from _held_swap(gov, c, ticket, unknown)
+            finally:
+                self.keeper.drop(ticket)
+                c.idem_state = "unknown"
+
+    def _abandon(self, gov: Governor, held: Held, late: concurrent.futures.Future[Any]) -> None:
+        clock, ttl = gov.clock, gov.idempotency_ttl_s
+
+        def finish(h: Held) -> dict[str, Any]:
+            assert h.late is not None
+            if h.late.cancelled() or h.late.exception() is not None:
+                # it failed late: whether it acted first is unknown, so it stays UNKNOWN
+                final = {**h.record, "state": "unknown", "owner": None, "unknown_at": clock()}
+                final["expires"] = clock() + ttl
+                return final
+            return self._done(gov, h.record, h.late.result(), "late")
+
+        held.finish = finish
+        held.late = late
+        late.add_done_callback(lambda _: self.keeper.poke())
+
+    # -- reconciling UNKNOWN ----------------------------------------------------------
 
     def _reconcile(
-        self,
-        gov: Governor,
-        c: Call,
-        key: str,
-        rkey: str | None = None,
-        record: dict[str, Any] | None = None,
-    ) -> Plan[str]:
-        """Settle an UNKNOWN write. 'found' (REPLAYED), 'absent' (may run once), 'unknown'
-        (stays UNKNOWN, nothing runs) or 'raced' (another caller changed the record)."""
+        self, gov: Governor, c: Call, key: str, record: dict[str, Any] | None = None
+    ) -> Plan[tuple[str, Any]]:
+        """('found', (how, result)), ('absent', None) or ('unknown', None) (then the call
+        is settled as UNKNOWN: nothing runs)."""
         c.reconcile_key = key
-        since = (record or {}).get("unknown_at")
         state, late = self.late.look(key)
         if state == "running":
-            return self._still_unknown(c, "the abandoned attempt is still running")
-        found: Any = None
+            self._still_unknown(c, "the abandoned attempt is still running")
+            return ("unknown", None)
+        found: tuple[str, Any] | None = None
         if state == "done":
             found = ("late", late)
         elif c.spec.reconcile is not None:
             try:
                 answer = yield Blocking(c.spec.reconcile, (key, c.args))
             except Exception as exc:
-                return self._still_unknown(c, f"reconcile failed: {type(exc).__name__}: {exc}")
+                self._still_unknown(c, f"reconcile failed: {type(exc).__name__}: {exc}")
+                return ("unknown", None)
             found = None if answer is None else ("reconciled", answer)
-        elif state != "failed":
-            return self._still_unknown(c, f"{c.spec.name} has no reconcile function")
-        if found is None:
-            self.late.forget(key)
-            c.flag("reconciled_absent")
-            return "absent"
-        result = found[1]
-        if rkey is not None and record is not None:
-            done = {
-                **record,
-                "state": "completed",
-                "result": result,
-                "owner": None,
-                "done_at": gov.clock(),
-            }
-            won = yield from _swap(gov, rkey, record, done)
-            if not won:
-                return "raced"
+        else:
+            # no reconcile: even an attempt that failed late may have acted first
+            self._still_unknown(c, f"{c.spec.name} has no reconcile function")
+            return ("unknown", None)
+        since = (record or {}).get("unknown_at")
+        if isinstance(since, int | float) and not isinstance(since, bool):
+            c.reconcile_s = round(max(gov.clock() - since, 0.0), 6)
         self.late.forget(key)
-        c.status, c.value, c.idem_state = REPLAYED, result, "completed"
-        c.flag(f"reconciled_by_{found[0]}")
-        if since is not None:
-            c.reconcile_s = round(gov.clock() - since, 6)
-        return "found"
+        if found is None:
+            c.flag("reconciled_absent")
+            return ("absent", None)
+        return ("found", found)
 
-    def _still_unknown(self, c: Call, why: str) -> str:
+    def _still_unknown(self, c: Call, why: str) -> None:
         c.status, c.idem_state = UNKNOWN, "unknown"
         c.error = error_info(
             "unknown_outcome",
@@ -307,36 +533,91 @@ class Writes:
             retryable=False,
             hint="Do not repeat this call; it may already have taken effect.",
         )
-        return "unknown"
 
-    def _store_down(self, gov: Governor, st: SessionState, c: Call, exc: Exception) -> Plan[None]:
-        """The store cannot be reached at claim time: keyed writes fail closed by default."""
-        from ._pipeline import execute_write, flag_store_error
-
-        flag_store_error(c, exc)
+    def _store_down(self, gov: Governor, c: Call, exc: Exception) -> bool | None:
+        """The store cannot be reached (or holds a malformed record): keyed writes fail
+        closed by default."""
+        c.flag(f"store_error: {type(exc).__name__}: {describe(exc)}"[:300])
         if gov.store_failure == "open":
             c.flag("store_failure_open")
-            yield from execute_write(gov, st, c)
-            return
+            return RUN
         c.status, c.idem_state = ERROR, "store_unavailable"
         c.error = error_info(
             "store_unavailable",
-            f"the idempotency store is unreachable ({exc}); the write was not performed",
+            f"the idempotency store failed ({describe(exc)}); the write was not performed",
             retryable=True,
             hint="Try again shortly with the same key; nothing was done.",
         )
+        return None
+
+    # -- shadow mode ------------------------------------------------------------------
+
+    def shadow(self, gov: Governor, c: Call) -> Plan[None]:
+        """Shadow mode runs the write as if headway were absent; note what it would do."""
+        if c.idem_key is None:
+            return
+        try:
+            record = yield Blocking(
+                gov.store.get, (gov.idempotency_record_key(c.idem_key),), gov.store.blocking
+            )
+        except Exception as exc:
+            c.flag(f"store_error: {type(exc).__name__}: {describe(exc)}"[:300])
+            return
+        if record is None or malformed(record) is not None:
+            return
+        if record["args"] != c.args_digest or record["tool"] != c.spec.name:
+            c.would = "key_reuse"
+        else:
+            c.would = {"completed": "replay", "unknown": "reconcile"}.get(
+                record["state"], record["state"]
+            )
+
+    def shadow_record(self, gov: Governor, c: Call) -> Plan[None]:
+        """Keep the result of a keyed write run in shadow mode, so that a later identical
+        call shows it would have been replayed."""
+        if c.idem_key is None or c.status is not EXECUTED:
+            return
+        now = gov.clock()
+        base = self._claim(gov, c, "shadow", now)
+        try:
+            yield Blocking(
+                gov.store.add,
+                (
+                    gov.idempotency_record_key(c.idem_key),
+                    self._done(gov, base, c.value, "shadow"),
+                    gov.idempotency_ttl_s + 3600,
+                ),
+                gov.store.blocking,
+            )
+        except Exception as exc:
+            c.flag(f"store_error: {type(exc).__name__}: {describe(exc)}"[:300])
+
+
+def _unkeyed_key(st: SessionState, c: Call) -> str:
+    return f"unkeyed:{st.session_id}:{c.spec.name}:{c.args_digest[:32]}"
+
+
+def _finished(value: Any) -> concurrent.futures.Future[Any]:
+    fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+    fut.set_result(value)
+    return fut
 
 
 def _swap(
     gov: Governor, rkey: str, expected: dict[str, Any], new: dict[str, Any] | None
 ) -> Plan[bool]:
     try:
-        won = yield Blocking(gov.store.swap, (rkey, expected, new, gov.idempotency_ttl_s + 3600))
+        won = yield Blocking(
+            gov.store.swap, (rkey, expected, new, gov.idempotency_ttl_s + 3600), gov.store.blocking
+        )
     except StoreError:
         return False
     return bool(won)
 
 
-def step_key(namespace: str, run_id: str, step_id: str) -> str:
-    """The key of a workflow step: the same step keeps its key across retries (§5.1)."""
-    return digest(namespace, run_id, step_id)
+def _held_swap(gov: Governor, c: Call, held: Held, new: dict[str, Any] | None) -> Plan[bool]:
+    try:
+        return bool((yield Blocking(held.swap, (new,), gov.store.blocking)))
+    except Exception as exc:
+        c.flag(f"store_error: {type(exc).__name__}: {describe(exc)}"[:300])
+        return False

@@ -7,7 +7,6 @@ whose garbage-collection time has passed) and every transition is a single condi
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from ..errors import StoreError
@@ -27,7 +26,10 @@ CREATE TABLE IF NOT EXISTS {_TABLE} (
     gc_at DOUBLE PRECISION
 )
 """
-_LIVE = "(gc_at IS NULL OR gc_at > %s)"
+# garbage-collection times are the server's clock: workers' clocks never have to agree
+_NOW = "extract(epoch from clock_timestamp())"
+_LIVE = f"(gc_at IS NULL OR gc_at > {_NOW})"
+_GC = f"{_NOW} + %s"
 
 
 class PostgresStore:
@@ -71,30 +73,26 @@ class PostgresStore:
         except Exception as exc:
             raise StoreError(f"PostgreSQL store: {type(exc).__name__}: {exc}") from exc
 
-    @staticmethod
-    def _gc(ttl_s: float | None) -> float | None:
-        return None if ttl_s is None else time.time() + ttl_s
-
     def get(self, key: str) -> Any | None:
         _, row = self._run(
             f"SELECT value FROM {_TABLE} WHERE key = %s AND {_LIVE}",
-            (self.prefix + key, time.time()),
+            (self.prefix + key,),
         )
         return loads(row[0]) if row else None
 
     def set(self, key: str, value: Any, ttl_s: float | None = None) -> None:
         self._run(
-            f"INSERT INTO {_TABLE} (key, value, gc_at) VALUES (%s, %s, %s) "
+            f"INSERT INTO {_TABLE} (key, value, gc_at) VALUES (%s, %s, {_GC}) "
             "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, gc_at = EXCLUDED.gc_at",
-            (self.prefix + key, dumps(value), self._gc(ttl_s)),
+            (self.prefix + key, dumps(value), ttl_s),
         )
 
     def add(self, key: str, value: Any, ttl_s: float | None = None) -> bool:
         count, _ = self._run(
-            f"INSERT INTO {_TABLE} (key, value, gc_at) VALUES (%s, %s, %s) "
+            f"INSERT INTO {_TABLE} (key, value, gc_at) VALUES (%s, %s, {_GC}) "
             f"ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, gc_at = EXCLUDED.gc_at "
-            f"WHERE {_TABLE}.gc_at IS NOT NULL AND {_TABLE}.gc_at <= %s",
-            (self.prefix + key, dumps(value), self._gc(ttl_s), time.time()),
+            f"WHERE {_TABLE}.gc_at IS NOT NULL AND {_TABLE}.gc_at <= {_NOW}",
+            (self.prefix + key, dumps(value), ttl_s),
         )
         return count == 1
 
@@ -102,12 +100,13 @@ class PostgresStore:
         if value is None:
             count, _ = self._run(
                 f"DELETE FROM {_TABLE} WHERE key = %s AND value = %s AND {_LIVE}",
-                (self.prefix + key, dumps(expected), time.time()),
+                (self.prefix + key, dumps(expected)),
             )
         else:
             count, _ = self._run(
-                f"UPDATE {_TABLE} SET value = %s, gc_at = %s WHERE key = %s AND value = %s AND {_LIVE}",
-                (dumps(value), self._gc(ttl_s), self.prefix + key, dumps(expected), time.time()),
+                f"UPDATE {_TABLE} SET value = %s, gc_at = {_GC} "
+                f"WHERE key = %s AND value = %s AND {_LIVE}",
+                (dumps(value), ttl_s, self.prefix + key, dumps(expected)),
             )
         return count == 1
 
@@ -116,7 +115,7 @@ class PostgresStore:
 
     def purge(self) -> int:
         count, _ = self._run(
-            f"DELETE FROM {_TABLE} WHERE gc_at IS NOT NULL AND gc_at <= %s", (time.time(),)
+            f"DELETE FROM {_TABLE} WHERE gc_at IS NOT NULL AND gc_at <= {_NOW}", ()
         )
         return count
 
