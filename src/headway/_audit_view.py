@@ -74,7 +74,8 @@ def line(record: Mapping[str, Any]) -> str:
     when = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(float(record.get("time") or 0)))
     signals = record.get("signals") or {}
     shown = " ".join(f"{k}={v}" for k, v in sorted(signals.items()) if v) or "-"
-    extra = " correction" if record.get("correction") else ""
+    extra = f" error={record['error']}" if record.get("error") else ""
+    extra += " correction" if record.get("correction") else ""
     return (
         f"{when}Z {record.get('session')} #{record.get('step')} {record.get('tool')} "
         f"{record.get('status')} decision={record.get('decision')}{extra} "

@@ -90,10 +90,13 @@ def open_governor(config: str | None, store: str | None, audit: str | None) -> G
     if config is not None:
         cfg = load_config(config)
         for name, table in cfg.tools.items():  # a bad value fails now, not on the first call
+            where = f"{config} [tools.{name}]"
+            for key, value in table.items():
+                _check_type(where, key, value)
             try:
                 make_spec(name, None, **table)
             except (ConfigError, TypeError, ValueError) as exc:
-                raise ConfigError(f"{config} [tools.{name}]: {exc}") from None
+                raise ConfigError(f"{where}: {exc}") from None
         options = dict(cfg.governor)
     url = store or options.get("store") or DEFAULT_STORE
     sink = _audit_sink(audit, url)
@@ -110,6 +113,31 @@ def open_governor(config: str | None, store: str | None, audit: str | None) -> G
     except (ConfigError, TypeError, ValueError) as exc:
         backend.close()
         raise ConfigError(f"{config} [governor]: {exc}") from None
+
+
+_NUMBER = (int, float)
+_TOML_TYPES: dict[str, tuple[type, ...]] = {
+    **dict.fromkeys(("effect", "version", "scope"), (str,)),
+    **dict.fromkeys(("idempotent", "deterministic", "poll", "failed_final"), (bool,)),
+    **dict.fromkeys(("ttl", "max_wait_s", "timeout"), _NUMBER),
+    **dict.fromkeys(("max_polls", "no_progress_limit"), (int,)),
+    **dict.fromkeys(
+        ("invalidates", "resources", "progress_fields", "ignore_fields", "redact"), (list, str)
+    ),
+}
+
+
+def _check_type(where: str, key: str, value: Any) -> None:
+    expected = _TOML_TYPES.get(key)
+    if expected is not None and (
+        not isinstance(value, expected) or (isinstance(value, bool) and bool not in expected)
+    ):
+        names = " or ".join(
+            "number" if t is float else t.__name__
+            for t in expected
+            if t is not int or float not in expected
+        )
+        raise ConfigError(f"{where}: {key} must be a {names}, not {value!r}")
 
 
 def sqlite_path(url: str) -> str | None:

@@ -26,6 +26,8 @@ from fastmcp.server import create_proxy
 from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
 from fastmcp.tools.base import RawStructuredToolResult, Tool, ToolResult
 from fastmcp.utilities.json_schema import is_object_schema
+from mcp.shared.exceptions import MCPError
+from mcp_types import CONNECTION_CLOSED
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from ._session import Governor
@@ -36,6 +38,26 @@ from .outcome import Outcome, Status
 IDEMPOTENCY_KEY = "headway/idempotency_key"
 USER_TURN = "headway/user_turn"
 SESSION = "headway/session"
+
+
+class UpstreamError(ConnectionError):
+    """The upstream MCP server crashed, closed the connection or cannot be reached."""
+
+
+def _unreachable(exc: BaseException) -> bool:
+    seen: BaseException | None = exc
+    for _ in range(10):  # the chain FastMCP raises is a few errors deep
+        if seen is None:
+            return False
+        if isinstance(seen, OSError) or (
+            isinstance(seen, MCPError) and seen.error.code == CONNECTION_CLOSED
+        ):
+            return True
+        if type(seen).__name__ in ("ConnectError", "RemoteProtocolError", "ReadError"):
+            return True  # httpx, for an HTTP upstream
+        seen = seen.__cause__ or seen.__context__
+    return False
+
 
 _ANSWERED = (Status.EXECUTED, Status.CACHED, Status.REPLAYED, Status.FALLBACK)
 
@@ -77,7 +99,15 @@ class Governance(Middleware):
         upstream: list[ToolResult] = []
 
         async def run(**_: Any) -> dict[str, Any]:
-            result = await call_next(context)
+            try:
+                result = await call_next(context)
+            except Exception as exc:
+                if _unreachable(exc):  # retryable: reads are tried again, stdio restarted
+                    raise UpstreamError(
+                        f"the upstream MCP server crashed, closed the connection or cannot "
+                        f"be reached ({type(exc).__name__}: {exc})"
+                    ) from exc
+                raise
             upstream.append(result)
             return to_json(result)
 

@@ -1,0 +1,134 @@
+"""``headway proxy`` and ``headway audit`` as commands: bad input before anything starts,
+an HTTP upstream (``--upstream URL``) and its crash, and the audit's sources."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from headway import cli
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def start_marker(tmp_path: Path) -> list[str]:
+    """An upstream command that leaves a file behind if it is ever started."""
+    return ["--", sys.executable, "-c", f"open({str(tmp_path / 'started')!r}, 'w')"]
+
+
+@pytest.mark.parametrize(
+    ("toml", "named"),
+    [
+        ("[tools.quote]\nttl = -1\n", ["[tools.quote]", "ttl"]),
+        ("[tools.quote]\ntll = 5\n", ["[tools.quote]", "tll"]),
+        ('[tools.quote]\neffect = "rw"\n', ["[tools.quote]", "effect"]),
+        ('[tools.quote]\nttl = "soon"\n', ["[tools.quote]", "ttl"]),
+        ("[governor]\nno_progress_limit = 0\n", ["[governor]", "no_progress_limit"]),
+        ("[governor]\nwindow = true\nno_such = 1\n", ["[governor]", "no_such"]),
+        ("[tools.quote\n", ["not valid TOML"]),
+    ],
+)
+def test_a_bad_config_is_a_clear_error_naming_file_table_and_key_before_anything_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], toml: str, named: list[str]
+) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text(toml)
+    store = f"sqlite:///{tmp_path / 'h.db'}"
+    argv = ["proxy", "--config", str(config), "--store", store, *start_marker(tmp_path)]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert str(config) in err
+    for part in named:
+        assert part in err
+    assert not (tmp_path / "started").exists()  # the upstream was never started
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--http", "nowhere"], "--http wants HOST:PORT"),
+        (["--upstream", "http://127.0.0.1:9/mcp"], "give the upstream as"),
+        (["--store", "ftp://x"], "unknown store URL scheme"),
+    ],
+)
+def test_bad_arguments_are_a_clear_error_before_the_upstream_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    assert cli.main(["proxy", *argv, *start_marker(tmp_path)]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "started").exists()
+
+
+def test_a_proxy_needs_an_upstream(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["proxy"]) == 2
+    assert "give the upstream as -- COMMAND [ARGS...] or as --upstream URL" in (
+        capsys.readouterr().err
+    )
+
+
+def test_audit_reads_sqlite_and_jsonl_trails_and_refuses_other_stores_clearly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import headway
+
+    jsonl = tmp_path / "audit.jsonl"
+    gov = headway.Governor(audit=[headway.JSONLSink(jsonl)])
+    gov.register("lookup", lambda **a: f"v {a['q']}", effect="read", deterministic=True)
+    with gov.session("s-1") as s:
+        s.call("lookup", {"q": "a", "password": "hunter2"})
+        s.call("lookup", {"q": "a", "password": "hunter2"})
+    with gov.session("s-2") as s:
+        s.call("lookup", {"q": "b"})
+    assert cli.main(["audit", "--store", str(jsonl), "--session", "s-1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and "hunter2" not in "\n".join(lines)
+    assert " s-1 #0 lookup executed decision=execute" in lines[0]
+    assert " s-1 #1 lookup cached decision=cache" in lines[1]
+    assert cli.main(["audit", "--store", str(jsonl)]) == 0  # every session
+    assert len(capsys.readouterr().out.splitlines()) == 3
+
+    assert cli.main(["audit", "--store", "redis://127.0.0.1:6379/15"]) == 2
+    assert "reads SQLite and JSONL audit files" in capsys.readouterr().err
+    assert cli.main(["audit", "--store", f"sqlite:///{tmp_path / 'none.db'}"]) == 2
+    assert "no audit file at" in capsys.readouterr().err
+
+
+try:
+    import pytest_asyncio  # noqa: F401
+    from fastmcp import Client
+    from fastmcp.client.transports import StdioTransport
+except ImportError:
+    if IN_CI:
+        raise
+    Client = None
+
+
+@pytest.mark.skipif(Client is None, reason="needs fastmcp: pip install 'headway[mcp]'")
+async def test_an_http_upstream_is_governed_and_its_death_is_a_clear_tool_error(
+    tmp_path: Path,
+) -> None:
+    import asyncio
+
+    from test_mcp_proxy import BOUND_S, UPSTREAM, background, free_port, status, text
+
+    port = free_port()
+    log = tmp_path / "upstream.log"
+    upstream = [sys.executable, str(UPSTREAM), str(log), "--http", str(port)]
+    args = ["-m", "headway.cli", "proxy", "--store", f"sqlite:///{tmp_path / 'h.db'}"]
+    args += ["--upstream", f"http://127.0.0.1:{port}/mcp"]
+    transport = StdioTransport(command=sys.executable, args=args, cwd=str(tmp_path))
+    results: list[Any] = []
+    async with Client(transport, timeout=BOUND_S) as client:
+        with background(upstream, tmp_path, port, "upstream"):
+            for _ in range(2):
+                results.append(await client.call_tool("lookup", {"key": "h"}))
+        async with asyncio.timeout(BOUND_S):  # the upstream is gone: an error, not a hang
+            dead = await client.call_tool("lookup", {"key": "h2"}, raise_on_error=False)
+    assert [status(r) for r in results] == ["executed", "cached"]
+    assert log.read_text().splitlines().count('lookup\t{"key": "h"}') == 1
+    assert dead.is_error and status(dead) == "error"
+    assert "upstream MCP server crashed, closed the connection or cannot be reached" in text(dead)
