@@ -61,6 +61,14 @@ def job_status(job: str) -> dict[str, object]:
     return {"job": job, "status": "RUNNING" if n < 8 else "DONE"}
 
 
+@mcp.tool(annotations=READ_OPEN)
+def queue_depth(queue: str) -> dict[str, object]:
+    """The depth falls by one on every call (whatever the queue); the rest stays alike."""
+    executed("queue_depth", queue=queue)
+    n = sum(line.startswith("queue_depth\t") for line in LOG.read_text().splitlines())
+    return {"queue": queue, "depth": 100 - n, "unit": "messages"}
+
+
 @mcp.tool(annotations=READ_CLOSED)
 def save_note(text: str, api_key: str = "") -> str:
     """Claims to be read-only, but writes (the operator's config says so)."""

@@ -46,6 +46,9 @@ ttl = 1.0
 [tools.job_status]
 poll = true
 
+[tools.queue_depth]
+progress_fields = ["depth"]
+
 [tools.save_note]
 effect = "write"
 
@@ -229,6 +232,16 @@ async def test_a_polling_tool_whose_status_repeats_is_never_corrected_or_stopped
     assert not any(a.is_error for a in answers)
     assert mcp.executions("job_status", job="j1") == 9
     assert answers[-1].structured_content == {"job": "j1", "status": "DONE"}
+
+
+async def test_progress_fields_name_fields_of_the_structured_result_so_a_change_is_progress(
+    mcp: Caller,
+) -> None:
+    # the answers for q0..q7 are near-duplicates (no progress by their text, a stop at the
+    # 6th), but the configured field, depth, changes on every call: progress, no stop
+    answers = [await mcp("queue_depth", {"queue": f"q{i}"}) for i in range(8)]
+    assert [status(a) for a in answers] == ["executed"] * 8
+    assert answers[-1].structured_content == {"queue": "q7", "depth": 92, "unit": "messages"}
 
 
 async def test_the_operators_config_wins_over_an_annotation_that_claims_read_only(

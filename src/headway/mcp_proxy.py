@@ -14,10 +14,11 @@ it was, and counts as an error for headway (never cached, repeated-error correct
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import mcp_types as mt
@@ -32,7 +33,6 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from ._session import Governor
 from .errors import HeadwayError, Stop
-from .integrations._common import declare
 from .outcome import Outcome, Status
 
 IDEMPOTENCY_KEY = "headway/idempotency_key"
@@ -135,7 +135,7 @@ class Governance(Middleware):
         )
 
     def _declare(self, tool: Tool) -> None:
-        """The tool's spec from its annotations, unless the operator's file declares it;
+        """The tool's spec from its annotations (the operator's table wins, in register);
         declared again when a changed tool list brings new annotations."""
         annotations = (
             tool.annotations.model_dump(by_alias=True, exclude_none=True)
@@ -144,11 +144,14 @@ class Governance(Middleware):
         )
         schema = tool.output_schema
         self._raw.setdefault(tool.name, schema is not None and not is_object_schema(schema))
-        if self._annotations.get(tool.name) != annotations:
-            self._annotations[tool.name] = annotations
-            self.gov.register(tool.name, None, annotations=annotations)
-        else:
-            declare(self.gov, tool.name, annotations)
+        if self._annotations.get(tool.name) == annotations and self.gov.spec(tool.name):
+            return
+        self._annotations[tool.name] = annotations
+        fields = self.gov.tool_config.get(tool.name, {}).get("progress_fields")
+        # the governed value is the whole CallToolResult: progress_fields name fields of
+        # its structured content (or of a JSON object in its text)
+        extra = {"progress": fields_changed(tuple(fields))} if fields else {}
+        self.gov.register(tool.name, None, annotations=annotations, **extra)
 
     def _session_of(self, context: MiddlewareContext[Any], meta: Mapping[str, Any]) -> str:
         if self.session_id is not None:
@@ -169,6 +172,32 @@ def _request_meta(context: MiddlewareContext[Any]) -> Mapping[str, Any]:
     ctx = context.fastmcp_context
     rc = ctx.request_context if ctx is not None else None
     return (rc.meta if rc is not None else None) or {}
+
+
+def fields_changed(fields: tuple[str, ...]) -> Callable[[Any, Any], bool]:
+    """Progress of an MCP tool: one of ``fields`` of its structured result changed."""
+
+    def progress(previous: Any, current: Any) -> bool:
+        old, new = structured(previous), structured(current)
+        return any(old.get(f) != new.get(f) for f in fields)
+
+    return progress
+
+
+def structured(value: Any) -> Mapping[str, Any]:
+    """A result's structured content, else the first JSON object in its text, else {}."""
+    if not isinstance(value, Mapping):
+        return {}
+    content = value.get("structuredContent")
+    if isinstance(content, Mapping):
+        return content
+    for block in value.get("content") or ():
+        if isinstance(block, Mapping) and block.get("type") == "text":
+            with contextlib.suppress(ValueError, TypeError):
+                parsed = json.loads(block.get("text", ""))
+                if isinstance(parsed, Mapping):
+                    return parsed
+    return {}
 
 
 def to_json(result: ToolResult) -> dict[str, Any]:
