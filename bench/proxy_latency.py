@@ -22,9 +22,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
+from fastmcp.server.middleware import Middleware
 
 UPSTREAM = Path(__file__).resolve().parents[1] / "tests" / "mcp_upstream.py"
 
@@ -47,6 +49,47 @@ async def measure(commands: dict[str, list[str]], calls: int, cwd: str) -> dict[
                 await client.call_tool("echo", {"text": f"call {i}"})
                 times[name].append(time.perf_counter() - start)
     return times
+
+
+async def governance(upstream: list[str], store: str | None, calls: int) -> list[float]:
+    """Time spent in headway's middleware per call, the upstream call excluded (in process:
+    a client talks to the proxy server in memory)."""
+    import headway
+    from headway import mcp_proxy
+    from headway.audit import SQLiteAuditSink
+
+    if store is None:
+        gov = headway.Governor(audit=[])
+    else:
+        gov = headway.Governor(headway.SQLiteStore(store), audit=[SQLiteAuditSink(store)])
+    middleware = mcp_proxy.Governance(gov, session_id="bench")
+    server = mcp_proxy.build(gov, upstream, session_id="bench")
+    server.middleware[:] = [m for m in server.middleware if type(m) is not mcp_proxy.Governance]
+    overhead: list[float] = []
+
+    class Timed(Middleware):
+        async def on_call_tool(self, context: Any, call_next: Any) -> Any:
+            inner = 0.0
+
+            async def timed_next(ctx: Any) -> Any:
+                nonlocal inner
+                start = time.perf_counter()
+                try:
+                    return await call_next(ctx)
+                finally:
+                    inner += time.perf_counter() - start
+
+            start = time.perf_counter()
+            result = await middleware.on_call_tool(context, timed_next)
+            overhead.append(time.perf_counter() - start - inner)
+            return result
+
+    server.add_middleware(Timed())
+    async with Client(server, timeout=60) as client:
+        for i in range(calls + 20):
+            await client.call_tool("echo", {"text": f"call {i}"})
+    gov.close()
+    return overhead[20:]
 
 
 def plain_proxy(upstream: list[str]) -> None:
@@ -73,6 +116,12 @@ def main() -> None:
             "headway proxy": [sys.executable, "-m", "headway.cli", "proxy", "--", *upstream],
         }
         times = asyncio.run(measure(paths, args.calls, tmp))
+        inside = {
+            "memory store": asyncio.run(governance(upstream, None, args.calls)),
+            "SQLite store + audit": asyncio.run(
+                governance(upstream, str(Path(tmp) / "g.db"), args.calls)
+            ),
+        }
     medians = {name: statistics.median(t) for name, t in times.items()}
     print(f"{args.calls} calls per path, stdio, echo tool, paths taking turns (median / p90)")
     for name, t in times.items():
@@ -82,10 +131,13 @@ def main() -> None:
     for name in ("fastmcp proxy", "headway proxy"):
         added = medians[name] - direct
         print(f"  {name}: +{added * 1000:.3f} ms per call, {medians[name] / direct:.2f}x direct")
-    governance = medians["headway proxy"] - medians["fastmcp proxy"]
-    print(
-        f"  headway's governance alone (headway proxy - fastmcp proxy): {governance * 1000:+.3f} ms"
-    )
+    hop = medians["headway proxy"] - medians["fastmcp proxy"]
+    print(f"  headway proxy - fastmcp proxy: {hop * 1000:+.3f} ms")
+    for name, t in inside.items():
+        print(
+            f"  governance alone, in process, {name}: median {statistics.median(t) * 1000:.3f} ms"
+            f"   p90 {statistics.quantiles(t, n=10)[-1] * 1000:.3f} ms"
+        )
 
 
 if __name__ == "__main__":

@@ -332,6 +332,24 @@ async def test_two_client_sessions_do_not_share_session_scoped_cache_entries(
     assert mcp.executions("lookup", key="k-two-sessions") == 2
 
 
+async def test_a_client_without_mcp_sessions_names_its_session_in_meta_over_http(
+    mcp: Caller, proxy: Proxy
+) -> None:
+    named = {"headway/session": f"run-{proxy.kind}-a"}
+    if proxy.kind == "stdio":  # the process is the session, whatever the client says
+        result = await mcp("lookup", {"key": "k-named"}, **named)
+        assert headway_meta(result)["session"] in mcp.sessions and len(mcp.sessions) == 1
+        return
+    async with Client(proxy.url, timeout=BOUND_S) as modern:  # 2026-07-28: no MCP session
+        caller = Caller(modern, proxy.log)
+        a1 = await caller("lookup", {"key": "k-named"}, **named)
+        a2 = await caller("lookup", {"key": "k-named"}, **named)
+        b1 = await caller("lookup", {"key": "k-named"}, **{"headway/session": "run-http-b"})
+    assert [status(a1), status(a2), status(b1)] == ["executed", "cached", "executed"]
+    assert caller.sessions == {"http-run-http-a", "http-run-http-b"}
+    assert caller.executions("lookup", key="k-named") == 2
+
+
 async def test_an_upstream_crash_is_a_clear_tool_error_and_the_proxy_keeps_serving(
     mcp: Caller,
 ) -> None:

@@ -132,12 +132,14 @@ def _check_type(where: str, key: str, value: Any) -> None:
     if expected is not None and (
         not isinstance(value, expected) or (isinstance(value, bool) and bool not in expected)
     ):
-        names = " or ".join(
-            "number" if t is float else t.__name__
-            for t in expected
-            if t is not int or float not in expected
-        )
-        raise ConfigError(f"{where}: {key} must be a {names}, not {value!r}")
+        want = {
+            (str,): "a string",
+            (bool,): "true or false",
+            _NUMBER: "a number",
+            (int,): "an integer",
+            (list, str): "a list of strings",
+        }[expected]
+        raise ConfigError(f"{where}: {key} must be {want}, not {value!r}")
 
 
 def sqlite_path(url: str) -> str | None:
