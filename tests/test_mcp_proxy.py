@@ -222,6 +222,9 @@ async def test_a_destructive_tool_runs_every_time_unless_the_client_gives_an_ide
     assert [status(a) for a in keyed] == ["executed", "replayed"]
     assert text(keyed[1]) == text(keyed[0]) == "deleted r-keyed (deletion #1)"
     assert not keyed[1].is_error
+    reused = await mcp("delete_record", {"record": "r-other"}, **key)  # same key, new args
+    assert reused.is_error and status(reused) == "refused"
+    assert mcp.executions("delete_record", record="r-other") == 0
 
 
 async def test_a_polling_tool_whose_status_repeats_is_never_corrected_or_stopped(

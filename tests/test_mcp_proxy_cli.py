@@ -132,3 +132,25 @@ async def test_an_http_upstream_is_governed_and_its_death_is_a_clear_tool_error(
     assert log.read_text().splitlines().count('lookup\t{"key": "h"}') == 1
     assert dead.is_error and status(dead) == "error"
     assert "upstream MCP server crashed, closed the connection or cannot be reached" in text(dead)
+
+
+def test_the_readme_proxy_config_and_client_snippet_are_valid(tmp_path: Path) -> None:
+    import json
+    import re
+
+    from headway._proxy_cli import open_governor
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    (toml,) = re.findall(r"```toml\n(.*?)```", readme, re.DOTALL)
+    (snippet,) = re.findall(r"```json\n(.*?)```", readme, re.DOTALL)
+    config = tmp_path / "headway.toml"
+    config.write_text(toml)
+    gov = open_governor(str(config), f"sqlite:///{tmp_path / 'h.db'}", None)
+    try:
+        spec = gov.register("get_workflow_run", None, annotations={"readOnlyHint": True})
+        assert spec.poll and spec.effect == "read"
+    finally:
+        gov.close()
+    server = json.loads(snippet)["mcpServers"]["github"]
+    assert server["command"] == "headway" and server["args"][0] == "proxy"
+    assert "--" in server["args"]
