@@ -154,3 +154,46 @@ def test_the_readme_proxy_config_and_client_snippet_are_valid(tmp_path: Path) ->
     server = json.loads(snippet)["mcpServers"]["github"]
     assert server["command"] == "headway" and server["args"][0] == "proxy"
     assert "--" in server["args"]
+
+
+@pytest.mark.skipif(Client is None, reason="needs fastmcp: pip install 'headway[mcp]'")
+async def test_the_proxy_server_in_process_answers_each_decision_as_documented(
+    tmp_path: Path,
+) -> None:
+    """The same proxy, built in this process (the upstream is still a real subprocess):
+    every decision's MCP answer, and _meta.headway describing it."""
+    import headway
+    from headway import mcp_proxy
+    from test_mcp_proxy import UPSTREAM, headway_meta, status, text
+
+    gov = headway.Governor(headway.SQLiteStore(str(tmp_path / "h.db")))
+    gov.tool_config = {"queue_depth": {"progress_fields": ["depth"]}}
+    server = mcp_proxy.build(
+        gov, [sys.executable, str(UPSTREAM), str(tmp_path / "log")], session_id="in-process"
+    )
+    key = {"headway/idempotency_key": "k-1"}
+    async with Client(server) as client:
+        call = client.call_tool
+        reads = [await call("lookup", {"key": "a"}, raise_on_error=False) for _ in range(3)]
+        writes = [await call("delete_record", {"record": "r"}, meta=key) for _ in range(2)]
+        failed = await call("fail", {"reason": "x"}, raise_on_error=False)
+        depths = [await call("queue_depth", {"queue": f"q{i}"}) for i in range(7)]
+    assert [status(r) for r in reads] == ["executed", "cached", "corrected"]
+    assert reads[2].is_error and "identical arguments" in text(reads[2])
+    assert [status(w) for w in writes] == ["executed", "replayed"]
+    assert headway_meta(writes[1]) == {
+        "status": "replayed",
+        "session": "in-process",
+        "step": 4,
+        "executed": False,
+        "reconcile_key": "k-1",
+    }
+    assert text(writes[1]) == text(writes[0])
+    assert failed.is_error and "cannot do it: x" in text(failed)
+    assert {status(d) for d in depths} == {"executed"}
+    assert [r["status"] for r in gov.audit_records("in-process")][:3] == [
+        "executed",
+        "cached",
+        "corrected",
+    ]
+    gov.close()
