@@ -207,6 +207,9 @@ class SQLiteAuditSink:
             self.path, check_same_thread=False, isolation_level=None, timeout=10
         )
         self._conn.execute("PRAGMA journal_mode=WAL")
+        # as the SQLite store: no fsync per record (WAL stays consistent; a power cut may
+        # lose the last records, a crash of the process loses none)
+        self._conn.execute("PRAGMA synchronous=NORMAL")
         self._conn.execute(
             "CREATE TABLE IF NOT EXISTS headway_audit (id INTEGER PRIMARY KEY AUTOINCREMENT, "
             "session TEXT NOT NULL, step INTEGER, tool TEXT, status TEXT, record TEXT NOT NULL)"

@@ -8,7 +8,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import __version__
+from . import __version__, _audit_view, _proxy_cli
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -26,12 +26,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .analyze.command import add_parser as add_analyze
 
     add_analyze(sub)
+    _proxy_cli.add_parser(sub)
+    _audit_view.add_parser(sub)
     args = parser.parse_args(argv)
 
     if args.command == "analyze":
         from .analyze.command import run as run_analyze
 
         return run_analyze(args)
+    if args.command == "proxy":
+        return _proxy_cli.run(args)
+    if args.command == "audit":
+        return _audit_view.run(args)
 
     if args.command == "demo":
         from . import demo as demo_module

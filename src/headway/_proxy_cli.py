@@ -1,0 +1,198 @@
+"""``headway proxy``: its arguments, its governor, and starting the server.
+
+Everything that can be wrong in the operator's input (the config file, the store URL, the
+upstream) is checked here before anything starts. FastMCP is imported only to serve.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import Any
+
+from ._session import Governor
+from ._spec import make_spec
+from .audit import AuditSink, JSONLSink, SQLiteAuditSink
+from .config import load_config
+from .errors import ConfigError
+from .stores import open_store
+
+DEFAULT_STORE = "sqlite:///headway.db"
+
+DESCRIPTION = """\
+Put headway between an MCP client and an MCP server. The proxy serves the upstream's
+tools, resources and prompts unchanged, and governs every tool call: reads are
+deduplicated by their quadrant, writes with an idempotency key run once, repeated calls
+without progress are corrected, and a stopped session answers each later call with its
+diagnostic. Each tool's spec is the config's [tools.NAME] table if present, else the
+upstream's MCP annotations, else the safe default (an unkeyed write).
+
+A client passes an idempotency key in the request's _meta as "headway/idempotency_key",
+and may signal a new user request with "headway/user_turn": true."""
+
+EPILOG = """\
+examples:
+  headway proxy -- python my_server.py
+  headway proxy --config headway.toml -- npx -y @modelcontextprotocol/server-filesystem .
+  headway proxy --upstream http://127.0.0.1:8000/mcp --http 127.0.0.1:9000
+
+sessions: over stdio the proxy process is one session (its id is printed on stderr);
+over HTTP each MCP session id is one session. See what a session did with
+"headway audit --store URL --session ID"."""
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "proxy",
+        help="govern any MCP server: serve its tools through headway",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="headway TOML file ([governor] and [tools.NAME] tables; they win over annotations)",
+    )
+    p.add_argument(
+        "--store",
+        metavar="URL",
+        help=f"store URL (default: the config's [governor] store, else {DEFAULT_STORE})",
+    )
+    p.add_argument(
+        "--audit",
+        metavar="FILE",
+        help="audit trail: a SQLite file or a .jsonl file (default: the SQLite store's own "
+        "file; with a Redis or PostgreSQL store, headway.db in the working directory)",
+    )
+    p.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        help="serve streamable HTTP on HOST:PORT (path /mcp) instead of stdio",
+    )
+    p.add_argument(
+        "--upstream",
+        metavar="URL",
+        help="a streamable-HTTP upstream server instead of a command",
+    )
+    p.add_argument(
+        "upstream_command",
+        nargs=argparse.REMAINDER,
+        metavar="-- COMMAND [ARGS...]",
+        help="the upstream MCP server, started over stdio",
+    )
+
+
+def open_governor(config: str | None, store: str | None, audit: str | None) -> Governor:
+    """The governor the proxy runs with; ConfigError names the file, table and key."""
+    options: dict[str, Any] = {}
+    if config is not None:
+        cfg = load_config(config)
+        for name, table in cfg.tools.items():  # a bad value fails now, not on the first call
+            where = f"{config} [tools.{name}]"
+            for key, value in table.items():
+                _check_type(where, key, value)
+            try:
+                make_spec(name, None, **table)
+            except (ConfigError, TypeError, ValueError) as exc:
+                raise ConfigError(f"{where}: {exc}") from None
+        options = dict(cfg.governor)
+    url = store or options.get("store") or DEFAULT_STORE
+    sink = _audit_sink(audit, url)
+    try:
+        backend = open_store(url)
+    except ConfigError:
+        raise
+    except Exception as exc:
+        raise ConfigError(f"cannot open the store {url}: {exc}") from exc
+    try:
+        if config is None:
+            return Governor(backend, audit=[sink])
+        return Governor.from_config(config, store=backend, audit=[sink])
+    except (ConfigError, TypeError, ValueError) as exc:
+        backend.close()
+        raise ConfigError(f"{config} [governor]: {exc}") from None
+
+
+_NUMBER = (int, float)
+_TOML_TYPES: dict[str, tuple[type, ...]] = {
+    **dict.fromkeys(("effect", "version", "scope"), (str,)),
+    **dict.fromkeys(("idempotent", "deterministic", "poll", "failed_final"), (bool,)),
+    **dict.fromkeys(("ttl", "max_wait_s", "timeout"), _NUMBER),
+    **dict.fromkeys(("max_polls", "no_progress_limit"), (int,)),
+    **dict.fromkeys(
+        ("invalidates", "resources", "progress_fields", "ignore_fields", "redact"), (list, str)
+    ),
+}
+
+
+def _check_type(where: str, key: str, value: Any) -> None:
+    expected = _TOML_TYPES.get(key)
+    if expected is not None and (
+        not isinstance(value, expected) or (isinstance(value, bool) and bool not in expected)
+    ):
+        want = {
+            (str,): "a string",
+            (bool,): "true or false",
+            _NUMBER: "a number",
+            (int,): "an integer",
+            (list, str): "a list of strings",
+        }[expected]
+        raise ConfigError(f"{where}: {key} must be {want}, not {value!r}")
+
+
+def sqlite_path(url: str) -> str | None:
+    """The file of a ``sqlite:///`` URL (None for other stores)."""
+    return url[len("sqlite:///") :] if url.startswith("sqlite:///") else None
+
+
+def _audit_sink(audit: str | None, store_url: str) -> AuditSink:
+    if audit is not None and audit.endswith(".jsonl"):
+        return JSONLSink(audit)
+    path = audit or sqlite_path(store_url) or "headway.db"
+    return SQLiteAuditSink(sqlite_path(path) or path)
+
+
+def _host_port(value: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(f"--http wants HOST:PORT (such as 127.0.0.1:8765), not {value!r}")
+    return host, int(port)
+
+
+def run(args: argparse.Namespace) -> int:
+    command = list(args.upstream_command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    try:
+        if bool(command) == bool(args.upstream):
+            raise ConfigError("give the upstream as -- COMMAND [ARGS...] or as --upstream URL")
+        http = _host_port(args.http) if args.http else None
+        gov = open_governor(args.config, args.store, args.audit)
+    except ConfigError as exc:
+        print(f"headway proxy: {exc}", file=sys.stderr)
+        return 2
+    from .integrations._common import require
+
+    require("fastmcp", "mcp")
+    from . import mcp_proxy
+
+    session = None if http else mcp_proxy.new_stdio_session()
+    server = mcp_proxy.build(gov, command or args.upstream, session_id=session)
+    where = f"http://{http[0]}:{http[1]}/mcp" if http else f"stdio, session {session}"
+    mcp_proxy.note(f"serving {where}; upstream {' '.join(command) or args.upstream}")
+    try:
+        if http is None:
+            asyncio.run(server.run_async("stdio", show_banner=False, log_level="WARNING"))
+        else:
+            asyncio.run(
+                server.run_async(
+                    "http", show_banner=False, host=http[0], port=http[1], log_level="WARNING"
+                )
+            )
+    except KeyboardInterrupt:
+        pass
+    finally:
+        gov.close()
+    return 0
