@@ -48,3 +48,10 @@ def test_coverage_data_is_not_committed() -> None:
     ).stdout.split()
     if tracked:  # a git checkout (a source tree without .git has nothing to check)
         assert not [name for name in tracked if name.startswith(".coverage")]
+
+
+def test_the_docs_cite_the_behaviour_reference_not_section_numbers() -> None:
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = doc.read_text(encoding="utf-8")
+        assert not re.search(r"§\s*\d", text), doc.name
+    assert (ROOT / "docs" / "semantics.md").exists()

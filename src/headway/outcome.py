@@ -96,7 +96,7 @@ class Outcome(NamedTuple):
                 f"(reconcile key {self.reconcile_key}). Nothing checks it in the meantime. If "
                 "you call it again with the same arguments and key, headway first checks "
                 "whether it took effect and runs it again only if it did not; it never runs "
-                "twice. Do not retry it with other arguments to get around this: check its "
+                "twice. Do not repeat it with other arguments to get around this: check its "
                 "effect with a read, or continue with other work."
             )
         elif s is Status.CORRECTED:
