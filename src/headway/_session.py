@@ -182,8 +182,13 @@ class Governor:
         given: dict[str, Any] = dict(options)
         annotations = given.pop("annotations", None)
         replace = bool(given.pop("replace", False))
-        merged = {**options_from_mcp(annotations), **given} if annotations is not None else given
-        merged.update(self.tool_config.get(name, {}))  # the operator's file wins
+        operator = {**given, **self.tool_config.get(name, {})}  # the operator's file wins
+        merged = operator
+        if annotations is not None:
+            hinted = options_from_mcp(annotations)
+            if operator.get("effect", hinted["effect"]) != "read":
+                hinted.pop("deterministic", None)  # a hint about reads, on a tool made a write
+            merged = {**hinted, **operator}
         spec = make_spec(name, fn, **merged)
         old = self._specs.get(name)
         if old is not None and old != spec and not replace:
