@@ -145,6 +145,7 @@ def main() -> None:
             raw_postgres,
         ),
     ]
+    print(f"settings: n={n}, audit off (audit=[]), tool timeout=None (inline), a new key per write")
     for name, make, raw in setups:
         try:
             store = make()

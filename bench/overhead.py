@@ -90,6 +90,7 @@ def main() -> None:
     gov.register("cached", tool, effect="read", deterministic=True)
     gov.register("plain", tool, effect="read", timeout=None)
     gov.register("guarded", tool, effect="read", timeout=None, retry=headway.Retry(attempts=3))
+    gov.register("threaded", tool, effect="read", retry=headway.Retry(attempts=3))  # timeout 30 s
     # budgets on: every kind set, with limits this run never reaches
     budgets = headway.Budgets(
         turns=10**9,
@@ -111,6 +112,9 @@ def main() -> None:
     def headway_exec() -> Any:
         return exec_s.call("guarded", nxt())
 
+    def headway_threaded() -> Any:
+        return exec_s.call("threaded", nxt())
+
     rows = [
         ("bare function call", lambda: tool(**nxt())),
         ("floor: json.dumps(sort_keys)+sha256", lambda: floor_key(nxt())),
@@ -119,7 +123,12 @@ def main() -> None:
         ("tenacity + pybreaker executed (by hand)", tenacity_pybreaker),
         ("headway cache-hit path", headway_hit),
         ("headway executed path (retry+breaker)", headway_exec),
+        ("headway executed, default timeout (thread)", headway_threaded),
     ]
+    print(
+        "settings: in-memory audit on (the Governor's default), detectors on, every budget set;"
+        " tools timeout=None (inline) except the last row (the default 30 s: a worker thread)"
+    )
     results = measure_all(rows, batch, rounds)
     floor = results["floor: json.dumps(sort_keys)+sha256"]
     print(f"{'path':<42} {'us/call':>9} {'x floor':>8}")

@@ -1,10 +1,13 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
+import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,6 +24,18 @@ def _unavailable(what: str, exc: Exception) -> None:
     if IN_CI:
         pytest.fail(f"{message}; in CI every server must be running")
     pytest.skip(f"{message}; start it to run these tests")
+
+
+def err(out: headway.Outcome) -> dict[str, Any]:
+    """An outcome's error (for typed tests: it must be there)."""
+    assert out.error is not None, out
+    return out.error
+
+
+def present(value: Any) -> Any:
+    """A store value that must be there."""
+    assert value is not None
+    return value
 
 
 @pytest.fixture
@@ -88,3 +103,74 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[headway.St
     s = make_store(request.param, tmp_path)
     yield s
     s.close()
+    _purge_store(s)
+
+
+def purge_prefix(url: str, prefix: str) -> None:
+    """Delete every key (Redis) or row (PostgreSQL) a test wrote under its prefix."""
+    if len(prefix) < 4:
+        return  # never a whole namespace: other runs share these servers
+    if url.startswith(("redis://", "rediss://")):
+        import redis
+
+        client = redis.Redis.from_url(url)
+        try:
+            pattern = "".join("\\" + ch if ch in "*?[]\\" else ch for ch in prefix) + "*"
+            batch: list[Any] = []
+            for key in client.scan_iter(match=pattern, count=1000):
+                batch.append(key)
+                if len(batch) >= 500:
+                    client.delete(*batch)
+                    batch.clear()
+            if batch:
+                client.delete(*batch)
+        finally:
+            client.close()
+    elif url.startswith(("postgresql://", "postgres://")):
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(
+                "DELETE FROM headway_kv WHERE left(key, length(%s)) = %s", (prefix, prefix)
+            )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _delete_what_the_tests_wrote() -> Iterator[None]:
+    """Every Redis or PostgreSQL store a test opens in this process with a unique prefix
+    (one with 6+ hex digits, as the tests make them) is purged when the run ends."""
+    opened: set[tuple[str, str]] = set()
+    patched: list[tuple[Any, Any]] = []
+    for module, name, attr in (
+        ("headway.stores.redis", "RedisStore", "url"),
+        ("headway.stores.postgres", "PostgresStore", "dsn"),
+    ):
+        try:
+            cls = getattr(importlib.import_module(module), name)
+        except ImportError:
+            continue
+        original = cls.__init__
+
+        def init(
+            self: Any, *a: Any, _original: Any = original, _attr: str = attr, **kw: Any
+        ) -> None:
+            _original(self, *a, **kw)
+            if re.search(r"[0-9a-f]{6}", self.prefix):
+                opened.add((getattr(self, _attr), self.prefix))
+
+        cls.__init__ = init
+        patched.append((cls, original))
+    yield
+    for cls, original in patched:
+        cls.__init__ = original
+    for url, prefix in opened:
+        with contextlib.suppress(Exception):
+            purge_prefix(url, prefix)
+
+
+def _purge_store(store: headway.Store) -> None:
+    url = getattr(store, "url", None) or getattr(store, "dsn", None)
+    prefix = getattr(store, "prefix", "")
+    if isinstance(url, str) and isinstance(prefix, str):
+        with contextlib.suppress(Exception):
+            purge_prefix(url, prefix)

@@ -39,9 +39,14 @@ def test_a_declared_tool_called_without_a_runner_is_an_error_outcome_not_a_crash
 def test_an_undeclared_tool_with_a_runner_gets_the_safe_default_an_unkeyed_write() -> None:
     gov = headway.Governor()
     runs: list[int] = []
+
+    def send(**args: Any) -> str:
+        runs.append(1)
+        return "sent"
+
     with gov.session("r") as s:
         for _ in range(2):
-            out = s.call("send", {"to": "x"}, run=lambda **a: runs.append(1) or "sent")
+            out = s.call("send", {"to": "x"}, run=send)
             assert out.status is headway.Status.EXECUTED
     spec = gov.spec("send")
     assert spec is not None and spec.effect == "write" and not spec.cacheable()

@@ -29,7 +29,7 @@ from headway.integrations.crewai import governed_tool
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:crewai")
 
 
-class Scripted(BaseLLM):  # type: ignore[misc]
+class Scripted(BaseLLM):
     """A model with native tool calls: the scripted calls, one per turn, then a final
     answer."""
 

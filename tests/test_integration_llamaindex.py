@@ -42,7 +42,7 @@ def _scripted(calls: Sequence[tuple[str, dict[str, Any]]]) -> MockFunctionCallin
 
 
 async def _run(gov: headway.Governor, tools: list[Any], calls: list[Any]) -> tuple[Any, list[Any]]:
-    governed = [GovernedTool(gov, t) for t in tools]
+    governed: list[Any] = [GovernedTool(gov, t) for t in tools]
     agent = FunctionAgent(tools=governed, llm=_scripted(calls), timeout=30)
     handler = agent.run(user_msg="go", max_iterations=50)
     outputs = []

@@ -73,9 +73,14 @@ def test_a_deterministic_read_asked_three_times_runs_once_then_is_corrected() ->
     gov = headway.Governor()
     runs: list[str] = []
     gov.register("company", None, effect="read", deterministic=True)
+
+    def company(q: str) -> str:
+        runs.append(q)
+        return f"{q}: Apple Inc."
+
     _, steps = _run(
         gov,
-        _tool("company", lambda q: runs.append(q) or f"{q}: Apple Inc."),
+        _tool("company", company),
         [("company", {"q": "AAPL"})] * 3,
         "a",
     )

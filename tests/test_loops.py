@@ -302,11 +302,12 @@ def test_limit_per_session_task_type_and_tool(clock: FakeClock) -> None:
     gov = headway.Governor(clock=clock, task_limits={"research": 3})
     gov.register("page", ScriptedTool(["same"]), effect="read")
     gov.register("strict", ScriptedTool(["same"]), effect="read", no_progress_limit=2)
-    for session, kw, tool, expected in [
+    cases: list[tuple[str, dict[str, Any], str, int]] = [
         ("a", {"no_progress_limit": 4}, "page", 4),
         ("b", {"task_type": "research"}, "page", 3),
         ("c", {}, "strict", 2),
-    ]:
+    ]
+    for session, kw, tool, expected in cases:
         s = gov.session(session, **kw)
         with pytest.raises(headway.LoopDetected) as info:
             run(s, [(tool, {"n": i}) for i in range(20)])

@@ -10,12 +10,12 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
 import headway
-from conftest import POSTGRES_URL, REDIS_URL, make_store
+from conftest import POSTGRES_URL, REDIS_URL, err, make_store
 from headway import Status, breaker
 from headway.retry import default_classify
 from headway.testing import FakeClock, ScriptedTool
@@ -29,7 +29,7 @@ def test_non_retryable_error_stops_after_one_attempt(gov: headway.Governor) -> N
     tool = ScriptedTool([ValueError("bad ticker")])
     gov.register("q", tool, effect="read", retry=headway.Retry(attempts=100))
     out = gov.session("r").call("q", {})
-    assert tool.count == 1 and out.attempts == 1 and out.error["retryable"] is False
+    assert tool.count == 1 and out.attempts == 1 and err(out)["retryable"] is False
 
 
 def test_retryable_error_is_retried_with_backoff(clock: FakeClock) -> None:
@@ -55,7 +55,7 @@ def test_retry_after_beyond_the_deadline_is_not_retried(clock: FakeClock) -> Non
     )
     out = gov.session("r").call("q", {})
     assert tool.count == 1 and clock.sleeps == []
-    assert out.error["retryable"] is True
+    assert err(out)["retryable"] is True
 
 
 def test_retry_after_within_the_deadline_waits_at_least_that_long(clock: FakeClock) -> None:
@@ -138,7 +138,7 @@ def test_a_per_attempt_timeout_fires_inside_the_overall_deadline() -> None:
     out = gov.session("r").call("slow", {})
     elapsed = time.monotonic() - started
     release.set()
-    assert out.status is Status.ERROR and out.error["code"] == "timeout"
+    assert out.status is Status.ERROR and err(out)["code"] == "timeout"
     assert elapsed < 2.0  # the 5 s attempt timeout was cut to the 0.3 s deadline
 
 
@@ -242,8 +242,8 @@ def test_exact_trip_threshold(gov: headway.Governor) -> None:
     s.call("q", {"i": 2})
     assert gov.breaker_state("q") == "open"
     out = s.call("q", {"i": 3})
-    assert out.error["code"] == "circuit_open" and out.error["retry_after"] > 0 and tool.count == 3
-    assert out.error["retryable"] is True and not out.executed
+    assert err(out)["code"] == "circuit_open" and err(out)["retry_after"] > 0 and tool.count == 3
+    assert err(out)["retryable"] is True and not out.executed
 
 
 def test_ignored_errors_neither_count_nor_reset(gov: headway.Governor) -> None:
@@ -343,8 +343,8 @@ def test_half_open_admits_exactly_k_probes_among_50_callers() -> None:
     for t in threads:
         t.join()
     assert len(calls) == 2 + 2  # exactly k = 2 probes ran
-    rejected = [o for o in outs if o.error and o.error["code"] == "circuit_open"]
-    assert len(rejected) == 48 and all(o.error["retry_after"] >= 0 for o in rejected)
+    rejected = [o for o in outs if o.error and err(o)["code"] == "circuit_open"]
+    assert len(rejected) == 48 and all(err(o)["retry_after"] >= 0 for o in rejected)
     assert gov.breaker_state("q") == "closed"
 
 
@@ -462,7 +462,7 @@ def test_creating_a_breaker_never_resets_shared_state(tmp_path: Path) -> None:
     b = headway.Governor(store=store)
     b.register("q", down(), effect="read", breaker=headway.Breaker(failures=2, shared=True))
     assert b.breaker_state("q") == "open"
-    assert b.session("y").call("q", {}).error["code"] == "circuit_open"
+    assert err(b.session("y").call("q", {}))["code"] == "circuit_open"
 
 
 class _Unreachable(headway.MemoryStore):
@@ -474,7 +474,7 @@ class _Unreachable(headway.MemoryStore):
 
 @pytest.mark.parametrize(("mode", "expected"), [("closed", "tool_error"), ("open", "circuit_open")])
 def test_shared_breaker_with_the_store_unreachable_uses_the_configured_state(
-    mode: str, expected: str
+    mode: Literal["closed", "open"], expected: str
 ) -> None:
     gov = headway.Governor(store=_Unreachable())
     gov.register(
@@ -483,8 +483,8 @@ def test_shared_breaker_with_the_store_unreachable_uses_the_configured_state(
         effect="read",
         retry=headway.Retry(attempts=1),
         breaker=headway.Breaker(shared=True, on_store_error=mode),
-    )  # type: ignore[arg-type]
-    assert gov.session("r").call("q", {}).error["code"] == expected
+    )
+    assert err(gov.session("r").call("q", {}))["code"] == expected
 
 
 def _shared_failer(url: str, options: dict[str, Any], n: int, out: Any) -> None:

@@ -103,12 +103,17 @@ def result_text(value: Any) -> str:
         pass  # integers past 64 bits, mixed key types, lone surrogates, very deep values
     try:
         return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
-    except (TypeError, ValueError, RecursionError):
-        pass
+    except Exception:  # also a __str__ that raises
+        return _repr(value)
+
+
+def _repr(value: Any) -> str:
     try:
         return repr(value)
     except (ValueError, RecursionError) as exc:  # a 10,000-deep list, a 5,000-digit int
         raise UnrecordableError(describe(exc)) from None
+    except Exception:  # a __repr__ that raises
+        return f"<{type(value).__name__}: text unavailable>"
 
 
 class UnrecordableError(ValueError):

@@ -23,7 +23,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument(
         "--store", help="store URL (default: a new SQLite file in a temporary folder)"
     )
+    from .analyze.command import add_parser as add_analyze
+
+    add_analyze(sub)
     args = parser.parse_args(argv)
+
+    if args.command == "analyze":
+        from .analyze.command import run as run_analyze
+
+        return run_analyze(args)
 
     if args.command == "demo":
         from . import demo as demo_module

@@ -15,6 +15,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NamedTuple, Protocol
 
+from ._call import describe
 from ._spec import ToolSpec
 from .outcome import CACHED, CORRECTED, ERROR, EXECUTED, FALLBACK, REPLAYED, UNKNOWN, Status, render
 from .similarity import (
@@ -310,7 +311,11 @@ class Monitor:
 
     def _plugins(self, step: Observation, signals: dict[str, Any]) -> None:
         for det in self.detectors:
-            extra = det.observe(step, self.window)
+            try:
+                extra = det.observe(step, self.window)
+            except Exception as exc:  # a plug-in must never break a call
+                signals[det.name] = {"error": describe(exc)[:200]}
+                continue
             if extra:
                 signals[det.name] = dict(extra)
                 step.duplicate = step.duplicate or bool(extra.get("duplicate"))
@@ -491,7 +496,10 @@ class Monitor:
         """A step to pass to ``after()``; stored texts are capped so memory stays bounded."""
         norm = None
         if text is not None and error is None and status not in (CACHED, CORRECTED):
-            norm = normalize(text, self.normalizers)
+            try:
+                norm = normalize(text, self.normalizers)
+            except Exception:  # a normaliser that fails: judge the text as it is
+                norm = " ".join(text.split())
             if len(norm) > _KEEP:
                 # head and tail for similarity, a digest so that equality stays exact
                 full = hashlib.sha256(norm.encode("utf-8", "surrogatepass")).hexdigest()

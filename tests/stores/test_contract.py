@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 import headway
+from conftest import present
 
 
 def test_get_set_delete_round_trip_json(store: headway.Store) -> None:
@@ -34,7 +35,7 @@ def test_values_come_back_exactly_whatever_their_numbers(store: headway.Store) -
     assert back == value and type(back["big"]) is int and type(back["deep"][0][0]["n"]) is int
     assert store.add("m", value) is True and store.get("m") == value
     assert store.swap("m", value, {"big": 2**80}) is True
-    assert store.get("m") == {"big": 2**80} and type(store.get("m")["big"]) is int
+    assert store.get("m") == {"big": 2**80} and type(present(store.get("m"))["big"]) is int
 
 
 def test_add_inserts_only_if_absent(store: headway.Store) -> None:
@@ -97,7 +98,7 @@ def test_concurrent_swap_increments_are_exact(store: headway.Store) -> None:
         for _ in range(50):
             while True:
                 cur = store.get("n")
-                if store.swap("n", cur, {"n": cur["n"] + 1}):
+                if store.swap("n", cur, {"n": present(cur)["n"] + 1}):
                     break
 
     threads = [threading.Thread(target=bump) for _ in range(4)]
@@ -115,7 +116,7 @@ def _sqlite_worker(path: str, n: int, out: Any) -> None:
         wins += store.add(f"key-{i}", {"pid": multiprocessing.current_process().name})
         while True:
             cur = store.get("counter")
-            if store.swap("counter", cur, {"n": cur["n"] + 1}):
+            if store.swap("counter", cur, {"n": present(cur)["n"] + 1}):
                 break
     out.put(wins)
 
@@ -142,7 +143,7 @@ def test_governor_cache_is_shared_through_sqlite_across_governors(tmp_path: Path
         gov = headway.Governor(store=headway.open_store(url))
         gov.register(
             "ref",
-            lambda: calls.append(1) or {"v": 1},
+            lambda: calls.append(1) or {"v": 1},  # type: ignore[func-returns-value]
             effect="read",
             deterministic=True,
             scope="global",

@@ -50,10 +50,10 @@ def _install_hook() -> None:
             _hook_on.append(True)
 
 
-def governed_tool(gov: Governor, tool: BaseTool, *, session: str | None = None) -> BaseTool:
+def governed_tool(gov: Governor, tool: BaseTool, *, session: str | None = None) -> GovernedTool:
     """A copy of ``tool`` whose calls headway governs (``session`` overrides the crew's id)."""
     _install_hook()
-    return _Governed(
+    return GovernedTool(
         name=tool.name,
         description=tool.description,
         args_schema=tool.args_schema,
@@ -68,7 +68,9 @@ def _never_cache(_args: Any, _result: Any) -> bool:
     return False
 
 
-class _Governed(BaseTool):
+class GovernedTool(BaseTool):
+    """A CrewAI tool whose calls headway governs (the wrapped tool runs them)."""
+
     inner: Any
     governor: Any
     session_id: str | None = None

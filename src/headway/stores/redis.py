@@ -1,8 +1,9 @@
 """A store in Redis (redis-py): shared by processes on several machines.
 
 The claim is ``SET NX PX``; compare-and-set is a one-key Lua script (``GET`` compared with
-the expected JSON, then ``SET`` or ``DEL``), so every operation touches one key and is
-Cluster-safe. headway's own keys put the session or tool in a ``{hash tag}``.
+the expected JSON, then ``SET`` or ``DEL``), so every operation touches one key. headway's
+own keys put the session or tool in a ``{hash tag}``. Tested against a single Redis server
+only (not Redis Cluster).
 """
 
 from __future__ import annotations

@@ -1,0 +1,51 @@
+"""Reading input files line by line (gzip transparently), with line numbers for errors."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from ._model import Problem
+
+
+def open_text(path: Path) -> IO[str]:
+    """The file as text; gzip (by its magic bytes, whatever the name) is read transparently."""
+    with path.open("rb") as fh:
+        gz = fh.read(2) == b"\x1f\x8b"
+    if gz:
+        return gzip.open(path, "rt", encoding="utf-8", errors="replace")
+    return path.open(encoding="utf-8", errors="replace")
+
+
+def json_lines(path: Path) -> Iterator[tuple[int, Any] | Problem]:
+    """Each non-blank line parsed as JSON, with its number; a bad line is a Problem and the
+    reading goes on; a file cut short (truncated gzip) ends with a Problem."""
+    number = 0
+    try:
+        with open_text(path) as fh:
+            for number, line in enumerate(fh, 1):  # the number is reported below
+                if not line.strip():
+                    continue
+                try:
+                    yield number, json.loads(line)
+                except json.JSONDecodeError as exc:
+                    yield Problem(
+                        str(path), number, f"not valid JSON ({exc.msg}, column {exc.colno})"
+                    )
+    except (EOFError, OSError, zlib.error) as exc:
+        yield Problem(str(path), number + 1, f"file ends early or is corrupt ({exc})")
+
+
+def json_document(path: Path) -> Any | Problem:
+    """The whole file as one JSON document (formats that are not line-oriented)."""
+    try:
+        with open_text(path) as fh:
+            return json.load(fh)
+    except json.JSONDecodeError as exc:
+        return Problem(str(path), exc.lineno, f"not valid JSON ({exc.msg}, column {exc.colno})")
+    except (EOFError, OSError, zlib.error) as exc:
+        return Problem(str(path), 0, f"file ends early or is corrupt ({exc})")

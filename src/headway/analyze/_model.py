@@ -1,0 +1,56 @@
+"""What the readers produce: recorded runs of tool calls, and the problems they met."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from typing import Any
+
+
+@dataclasses.dataclass(slots=True)
+class Call:
+    """One recorded tool call. ``result`` is the text the tool returned (as much as was
+    recorded); ``result_id`` identifies the FULL result (a digest), so two calls returned the
+    same thing when their ``result_id`` are equal."""
+
+    tool: str
+    args: Any
+    result: str
+    result_id: str
+    agent: str = ""
+    time: float | None = None  # seconds, when the input records it
+    error: bool = False  # the tool (or its framework) marked the result as an error
+    hints: dict[str, Any] = dataclasses.field(default_factory=dict)  # side_effect, kind...
+    size: int = -1  # characters in the FULL result, when more than ``result`` holds
+
+    def full_size(self) -> int:
+        return max(self.size, len(self.result))
+
+
+@dataclasses.dataclass(slots=True)
+class Run:
+    """One agent run: its calls in order; ``succeeded`` is None when no outcome is recorded."""
+
+    source: str
+    run_id: str
+    calls: list[Call]
+    succeeded: bool | None = None
+    not_replayed: int = 0  # records that are no tool call headway would see (see the reader)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Problem:
+    """Input a reader could not use: the file, the line (1-based, 0 = whole file), why."""
+
+    path: str
+    line: int
+    message: str
+    skipped: bool = False  # a file in a named directory that holds no runs: a note only
+
+    def __str__(self) -> str:
+        where = f"{self.path}:{self.line}" if self.line else self.path
+        return f"{where}: {self.message}"
+
+
+def digest(text: str) -> str:
+    return hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()  # noqa: S324  # an id, not security

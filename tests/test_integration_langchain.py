@@ -1,0 +1,450 @@
+"""LangChain v1 / LangGraph: headway in ``create_agent``'s real agent loop (and a custom
+graph's ToolNode), driven by a scripted fake chat model that emits tool calls."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import itertools
+import re
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import headway
+from conftest import IN_CI
+
+if not IN_CI:
+    pytest.importorskip("langchain.agents", reason="needs the langchain extra")
+    pytest.importorskip("langgraph", reason="needs the langchain extra")
+
+from langchain.agents import create_agent
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.tools import StructuredTool, ToolException, tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import END, START, MessagesState, StateGraph
+
+from headway.integrations.langchain import HeadwayMiddleware, governed_tool_node
+
+MODES = ["sync", "async"]
+
+
+class ScriptedModel(GenericFakeChatModel):
+    """LangChain's own fake chat model, able to be bound to tools (it ignores them)."""
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> ScriptedModel:
+        return self
+
+
+def calls(*batches: Iterable[tuple[str, dict[str, Any]]] | tuple[str, dict[str, Any]]) -> Any:
+    """The model's turns: each a tool call (or a list of parallel ones), then "done"."""
+    ids = itertools.count(1)
+    turns = []
+    for batch in batches:
+        group = [batch] if isinstance(batch, tuple) else list(batch)
+        turns.append(
+            AIMessage(
+                "", tool_calls=[{"name": n, "args": a, "id": f"c{next(ids)}"} for n, a in group]
+            )
+        )
+    return iter([*turns, AIMessage("done")])
+
+
+def run(agent: Any, mode: str, text: str = "go", config: dict[str, Any] | None = None) -> Any:
+    payload = {"messages": [("user", text)]}
+    if mode == "sync":
+        return agent.invoke(payload, config)
+    return asyncio.run(agent.ainvoke(payload, config))
+
+
+def tool_messages(result: dict[str, Any]) -> list[ToolMessage]:
+    return [m for m in result["messages"] if isinstance(m, ToolMessage)]
+
+
+OVERVIEW = "ACME Corp: industrial anvils since 1949; 1,200 employees; HQ in Phoenix, Arizona."
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("declared", ["registered", "mcp_annotations"])
+def test_a_deterministic_read_repeated_3_times_runs_once_then_is_corrected(
+    mode: str, declared: str
+) -> None:
+    gov = headway.Governor()
+    runs: list[str] = []
+
+    def overview(company: str) -> str:
+        """Company overview."""
+        runs.append(company)
+        return OVERVIEW
+
+    if declared == "registered":
+        gov.register("overview", None, effect="read", deterministic=True)
+        lc_tool = StructuredTool.from_function(overview)
+    else:  # as langchain-mcp-adapters carry a server's annotations: in the tool's metadata
+        lc_tool = StructuredTool.from_function(
+            overview, metadata={"readOnlyHint": True, "openWorldHint": False, "title": "x"}
+        )
+    model = ScriptedModel(messages=calls(*[("overview", {"company": "acme"})] * 3))
+    agent = create_agent(model, [lc_tool], middleware=[HeadwayMiddleware(gov)])
+    msgs = tool_messages(run(agent, mode))
+    assert runs == ["acme"]  # one execution: the second is served, the third corrected
+    assert [m.status for m in msgs] == ["success", "success", "error"]
+    assert msgs[1].content == OVERVIEW  # the stored content
+    assert "3 times with identical arguments" in str(msgs[2].content)
+    assert [m.tool_call_id for m in msgs] == ["c1", "c2", "c3"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_polling_a_changing_status_10_times_is_never_corrected_or_stopped(mode: str) -> None:
+    gov = headway.Governor()
+    gov.register("job_status", None, effect="read", poll=True)
+    states = iter(["RUNNING"] * 9 + ["DONE"])
+
+    @tool
+    def job_status(job: str) -> str:
+        """Status of a job."""
+        return next(states)
+
+    model = ScriptedModel(messages=calls(*[("job_status", {"job": "j1"})] * 10))
+    agent = create_agent(model, [job_status], middleware=[HeadwayMiddleware(gov)])
+    result = run(agent, mode)
+    msgs = tool_messages(result)
+    assert [m.content for m in msgs] == ["RUNNING"] * 9 + ["DONE"]  # all ten ran
+    assert all(m.status == "success" for m in msgs)
+    assert "headway_stop" not in result and result["messages"][-1].content == "done"
+
+
+def looping_model() -> ScriptedModel:
+    """A model that pages through a search forever, getting the same page every time."""
+    turns = (
+        AIMessage("", tool_calls=[{"name": "search", "args": {"page": n}, "id": f"p{n}"}])
+        for n in itertools.count(1)
+    )
+    return ScriptedModel(messages=turns)
+
+
+def same_page_tool(gov: headway.Governor, runs: list[int]) -> Any:
+    gov.register("search", None, effect="read")
+
+    @tool
+    def search(page: int) -> str:
+        """Search results."""
+        runs.append(page)
+        return "Results: the same twenty listings of second-hand anvils, sorted by price."
+
+    return search
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_loop_without_progress_ends_the_run_with_the_diagnostic_in_the_state(mode: str) -> None:
+    gov = headway.Governor(no_progress_limit=4)
+    runs: list[int] = []
+    agent = create_agent(
+        looping_model(), [same_page_tool(gov, runs)], middleware=[HeadwayMiddleware(gov)]
+    )
+    result = run(agent, mode, config={"configurable": {"thread_id": "loop-1"}})
+    stop = result["headway_stop"]
+    assert stop["terminated_by"] == "no_progress" and stop["limit"] == 4
+    assert len(runs) <= 5  # the run ended: the model was not asked again after the stop
+    assert isinstance(result["messages"][-1], AIMessage)
+    assert "headway stopped this run" in result["messages"][-1].content
+    warned = [m for m in tool_messages(result) if "no progress in the last" in str(m.content)]
+    assert warned and warned[0].status == "success"  # the half-way warning rode on a result
+    assert gov.session("loop-1").stopped  # the session is the thread
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_on_stop_raise_propagates_a_headway_stop_out_of_invoke(mode: str) -> None:
+    gov = headway.Governor(no_progress_limit=4)
+    runs: list[int] = []
+    agent = create_agent(
+        looping_model(),
+        [same_page_tool(gov, runs)],
+        middleware=[HeadwayMiddleware(gov, on_stop="raise")],
+    )
+    with pytest.raises(headway.LoopDetected) as caught:
+        run(agent, mode, config={"configurable": {"thread_id": "loop-2"}})
+    assert caught.value.diagnostic["terminated_by"] == "no_progress"
+    assert len(runs) <= 5
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_keyed_write_that_timed_out_and_is_retried_runs_once_and_is_reconciled(
+    mode: str,
+) -> None:
+    ledger: list[int] = []
+    done = threading.Event()
+
+    def reconcile(key: str, args: dict[str, Any]) -> str | None:
+        return f"charged {args['amount']}" if args["amount"] in ledger else None  # the remote
+
+    gov = headway.Governor()
+    gov.register("charge", None, effect="write", timeout=0.05, reconcile=reconcile)
+
+    @tool
+    def charge(amount: int) -> str:
+        """Charge the card."""
+        time.sleep(0.3)  # slower than the timeout: the first attempt's outcome is unknown
+        ledger.append(amount)
+        done.set()
+        return f"charged {amount}"
+
+    # the framework retries the same tool call (same id): it keeps its idempotency key
+    first = AIMessage("", tool_calls=[{"name": "charge", "args": {"amount": 5}, "id": "k1"}])
+    again = AIMessage("", tool_calls=[{"name": "charge", "args": {"amount": 5}, "id": "k1"}])
+
+    def turns() -> Iterator[AIMessage]:
+        yield first
+        done.wait(5)  # the model answers after the abandoned attempt has landed
+        yield again
+        yield AIMessage("done")
+
+    model = ScriptedModel(messages=turns())
+    agent = create_agent(model, [charge], middleware=[HeadwayMiddleware(gov)])
+    msgs = tool_messages(run(agent, mode, config={"configurable": {"thread_id": "pay-1"}}))
+    assert ledger == [5]  # one execution
+    assert msgs[0].status == "error" and "unknown" in str(msgs[0].content)
+    assert msgs[1].status == "success" and msgs[1].content == "charged 5"  # reconciled
+    statuses = [r["status"] for r in gov.audit_records("pay-1")]
+    assert statuses == ["unknown", "replayed"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_explicit_key_from_the_request_replays_a_write_under_a_new_call_id(mode: str) -> None:
+    gov = headway.Governor()
+    sent: list[str] = []
+
+    @tool
+    def send_invoice(order: str) -> str:
+        """Send an invoice."""
+        sent.append(order)
+        return f"invoice for {order} sent"
+
+    model = ScriptedModel(messages=calls(*[("send_invoice", {"order": "o-9"})] * 2))
+    middleware = HeadwayMiddleware(
+        gov, idempotency_key=lambda request: f"invoice:{request.tool_call['args']['order']}"
+    )
+    agent = create_agent(model, [send_invoice], middleware=[middleware])
+    msgs = tool_messages(run(agent, mode))
+    assert sent == ["o-9"]
+    assert [m.content for m in msgs] == ["invoice for o-9 sent"] * 2
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_framework_error_message_repeated_3_times_gets_the_repeated_error_correction(
+    mode: str,
+) -> None:
+    gov = headway.Governor()
+    tries: list[int] = []
+
+    def book(amount: int) -> str:
+        """Book a trip."""
+        tries.append(amount)
+        raise ToolException("payment amount does not add up")
+
+    book_tool = StructuredTool.from_function(book, handle_tool_error=True)
+    model = ScriptedModel(messages=calls(*[("book", {"amount": 100})] * 3))
+    agent = create_agent(model, [book_tool], middleware=[HeadwayMiddleware(gov)])
+    msgs = tool_messages(run(agent, mode, config={"configurable": {"thread_id": "trip-1"}}))
+    assert len(tries) == 3  # an undeclared tool is a write: never deduplicated
+    assert [m.status for m in msgs] == ["error"] * 3  # LangChain's own error messages
+    assert [str(m.content).startswith("payment amount does not add up") for m in msgs] == [True] * 3
+    assert ["will fail again" in str(m.content) for m in msgs] == [False, False, True]
+    records = gov.audit_records("trip-1")
+    assert [r["status"] for r in records] == ["error"] * 3  # never cached
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_parallel_tool_calls_in_one_turn_are_governed_independently(mode: str) -> None:
+    gov = headway.Governor()
+    gov.register("overview", None, effect="read", deterministic=True)
+    runs: list[str] = []
+
+    @tool
+    def overview(company: str) -> str:
+        """Company overview."""
+        runs.append(company)
+        return f"{company}: {OVERVIEW}"
+
+    batch = [("overview", {"company": "acme"})] * 2 + [("overview", {"company": "globex"})]
+    model = ScriptedModel(messages=calls(batch))
+    agent = create_agent(model, [overview], middleware=[HeadwayMiddleware(gov)])
+    msgs = tool_messages(run(agent, mode))
+    assert sorted(runs) == ["acme", "globex"]  # the identical pair ran once
+    assert [m.tool_call_id for m in msgs] == ["c1", "c2", "c3"]
+    assert [m.status for m in msgs] == ["success"] * 3
+    assert msgs[0].content == msgs[1].content != msgs[2].content
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_session_is_the_thread_and_a_new_human_message_is_a_new_user_turn(mode: str) -> None:
+    gov = headway.Governor()
+    gov.register("overview", None, effect="read", deterministic=True)
+
+    @tool
+    def overview(company: str) -> str:
+        """Company overview."""
+        return OVERVIEW
+
+    turn = [("overview", {"company": "acme"})] * 2
+    script = itertools.chain(calls(*turn), calls(*turn))
+    agent = create_agent(
+        ScriptedModel(messages=script),
+        [overview],
+        middleware=[HeadwayMiddleware(gov)],
+        checkpointer=InMemorySaver(),
+    )
+    config = {"configurable": {"thread_id": "chat-7"}}
+    run(agent, mode, "first question", config)
+    second = run(agent, mode, "second question", config)
+    # without the user turn the 3rd and 4th identical reads in a row would be corrected
+    assert [m.status for m in tool_messages(second)] == ["success"] * 4
+    assert [r["status"] for r in gov.audit_records("chat-7")] == ["executed"] + ["cached"] * 3
+
+
+def test_without_a_thread_id_each_invoke_is_its_own_session_named_in_the_state() -> None:
+    gov = headway.Governor()
+
+    @tool
+    def ping(n: int) -> str:
+        """Ping."""
+        return "pong"
+
+    agent = create_agent(
+        ScriptedModel(
+            messages=itertools.chain(calls(("ping", {"n": 1})), calls(("ping", {"n": 1})))
+        ),
+        [ping],
+        middleware=[HeadwayMiddleware(gov)],
+    )
+    graph: Any = agent  # the graph's overloads do not take the (role, text) shorthand
+    first = graph.invoke({"messages": [("user", "a")]})
+    second = graph.invoke({"messages": [("user", "b")]})
+    assert first["headway_session"] != second["headway_session"]
+    assert len(gov.audit_records(first["headway_session"])) == 1
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_custom_graphs_tool_node_is_governed_and_a_stop_is_raised(mode: str) -> None:
+    gov = headway.Governor(no_progress_limit=4)
+    runs: list[int] = []
+    model = looping_model()
+
+    def call_model(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [model.invoke(state["messages"])]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("model", call_model)
+    graph.add_node("tools", governed_tool_node(gov, [same_page_tool(gov, runs)]))
+    graph.add_edge(START, "model")
+    graph.add_edge("model", "tools")
+    graph.add_edge("tools", "model")
+    app = graph.compile(checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "graph-1"}, "recursion_limit": 100}
+    with pytest.raises(headway.LoopDetected):
+        run(app, mode, config=config)
+    assert len(runs) <= 5 and gov.session("graph-1").stopped
+
+
+def test_a_tool_node_without_a_session_says_how_to_give_one() -> None:
+    gov = headway.Governor()
+    node = governed_tool_node(gov, [same_page_tool(gov, [])])
+    graph = StateGraph(MessagesState)
+    graph.add_node("tools", node)
+    graph.add_edge(START, "tools")
+    graph.add_edge("tools", END)
+    call = AIMessage("", tool_calls=[{"name": "search", "args": {"page": 1}, "id": "x"}])
+    with pytest.raises(headway.ConfigError, match="thread_id"):
+        graph.compile().invoke({"messages": [call]})
+
+
+def test_on_stop_must_be_end_or_raise() -> None:
+    with pytest.raises(headway.ConfigError, match="on_stop"):
+        HeadwayMiddleware(headway.Governor(), on_stop="ignore")
+
+
+def test_the_docs_example_runs_and_prints_what_the_docs_say() -> None:
+    text = (Path(__file__).resolve().parents[1] / "docs" / "integrations.md").read_text("utf-8")
+    section = text.split("## LangChain and LangGraph", 1)[1].split("\n## ", 1)[0]
+    (code,) = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+    (printed,) = re.findall(r"```text\n(.*?)```", section, re.DOTALL)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, "docs/integrations.md", "exec"), {})
+    assert out.getvalue() == printed
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_model_turns_count_against_the_turn_budget_and_a_stopped_thread_stays_ended(
+    mode: str,
+) -> None:
+    gov = headway.Governor()
+    gov.register("search", None, effect="read")
+    asked: list[int] = []
+
+    def turns() -> Iterator[AIMessage]:
+        for n in itertools.count(1):
+            asked.append(n)
+            yield AIMessage("", tool_calls=[{"name": "search", "args": {"page": n}, "id": f"s{n}"}])
+
+    @tool
+    def search(page: int) -> str:
+        """Search results."""
+        return f"page {page}: new listings of anvils, number {page * 7919} in the catalogue"
+
+    gov.session("budget-1", budgets=headway.Budgets(turns=2))  # budgets: open the session first
+    agent = create_agent(
+        ScriptedModel(messages=turns()),
+        [search],
+        middleware=[HeadwayMiddleware(gov)],
+        checkpointer=InMemorySaver(),
+    )
+    config = {"configurable": {"thread_id": "budget-1"}}
+    result = run(agent, mode, config=config)
+    assert result["headway_stop"]["budget_type"] == "turns"
+    assert len(asked) == 2  # the third model call was answered by headway, not the model
+    again = run(agent, mode, "try again", config)
+    assert len(asked) == 2 and again["headway_stop"]["budget_type"] == "turns"
+    assert "headway stopped this run" in again["messages"][-1].content
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_interrupt_inside_a_tool_passes_through_and_the_resumed_call_runs_once(
+    mode: str,
+) -> None:
+    from langgraph.types import Command, interrupt
+
+    gov = headway.Governor()
+    refunds: list[int] = []
+
+    @tool
+    def refund(amount: int) -> str:
+        """Refund a payment, after a human approves."""
+        if interrupt(f"refund {amount}?") != "yes":
+            return "refund declined"
+        refunds.append(amount)
+        return f"refunded {amount}"
+
+    agent = create_agent(
+        ScriptedModel(messages=calls(("refund", {"amount": 30}))),
+        [refund],
+        middleware=[HeadwayMiddleware(gov)],
+        checkpointer=InMemorySaver(),
+    )
+    config: Any = {"configurable": {"thread_id": "refund-1"}}
+    paused = run(agent, mode, config=config)
+    assert paused["__interrupt__"][0].value == "refund 30?" and refunds == []
+    resume: Command[Any] = Command(resume="yes")
+    graph: Any = agent
+    if mode == "sync":
+        done = graph.invoke(resume, config)
+    else:
+        done = asyncio.run(graph.ainvoke(resume, config))
+    assert refunds == [30]
+    assert tool_messages(done)[-1].content == "refunded 30"
