@@ -17,20 +17,22 @@ _NO_FALLBACK: Any = object()
 class ToolOptions(TypedDict, total=False):
     """The keyword options of ``Governor.register`` and ``Governor.tool``: the fields of
     ``ToolSpec`` (typed, so editors and mypy catch a misspelt option), plus
-    ``annotations`` (MCP tool annotations) and ``replace`` (re-register a name)."""
+    ``annotations`` (MCP tool annotations) and ``replace`` (re-register a name). Functions
+    are typed loosely (``Callable[..., X]``): a reconcile taking ``dict`` is as good as one
+    taking ``Mapping``."""
 
-    effect: Effect | Callable[[Mapping[str, Any]], str]
+    effect: Effect | Callable[..., str]
     idempotent: bool
     deterministic: bool
     ttl: float | None
     version: str
     scope: Literal["session", "global"]
     invalidates: Sequence[str] | str | None
-    resources: Callable[[Mapping[str, Any]], Any] | Sequence[str] | str | None
+    resources: Callable[..., Any] | Sequence[str] | str | None
     poll: bool
     max_polls: int | None
     max_wait_s: float | None
-    progress: Callable[[Any, Any], bool] | None
+    progress: Callable[..., bool] | None
     progress_fields: Sequence[str] | str | None
     no_progress_limit: int | None
     ignore_fields: Sequence[str] | str
@@ -38,12 +40,12 @@ class ToolOptions(TypedDict, total=False):
     retry: Any
     breaker: Any
     fallback: Any
-    reconcile: Callable[[str, Mapping[str, Any]], Any] | None
+    reconcile: Callable[..., Any] | None
     classify: Any
     failed_final: bool
     redact: Sequence[str] | str
     redact_defaults: bool
-    is_error: Callable[[Any], bool] | None
+    is_error: Callable[..., bool] | None
     annotations: Mapping[str, Any] | None
     replace: bool
 
