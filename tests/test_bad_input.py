@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+from typing import Any, Literal
 
 import pytest
 
@@ -158,7 +159,7 @@ def test_a_tool_name_that_is_not_a_string_is_an_argument_error(gov: headway.Gove
 
 def _deep() -> list[Any]:
     value: list[Any] = []
-    for _ in range(10_000):
+    for _ in range(max(10_000, sys.getrecursionlimit() + 1000)):
         value = [value]
     return value
 
@@ -166,7 +167,7 @@ def _deep() -> list[Any]:
 @pytest.mark.parametrize("effect", ["read", "write"])
 @pytest.mark.parametrize("result", [_deep(), {"n": 10**5000}], ids=["deep", "huge_int"])
 def test_a_result_that_cannot_be_recorded_is_an_error_outcome_with_an_audit_record(
-    gov: headway.Governor, effect: str, result: Any
+    gov: headway.Governor, effect: Literal["read", "write"], result: Any
 ) -> None:
     """The tool ran (its effect happened), so the ERROR says so; nothing is raised."""
     gov.register("t", lambda: result, effect=effect, deterministic=effect == "read")

@@ -80,14 +80,14 @@ def test_bumping_version_reruns(clock: FakeClock) -> None:
     gov = headway.Governor(clock=clock)
     gov.register("doc", tool, effect="read", deterministic=True, version="1")
     gov.session("r").call("doc", {"id": 1})
-    gov.register("doc", tool, effect="read", deterministic=True, version="2")
+    gov.register("doc", tool, effect="read", deterministic=True, version="2", replace=True)
     assert gov.session("r").call("doc", {"id": 1}).status is headway.Status.EXECUTED
     assert tool.count == 2
     # the same session object: its remembered key prefix must follow the new spec
     s = gov.session("same")
     s.call("doc", {"id": 1})
     assert s.call("doc", {"id": 1}).status is headway.Status.CACHED
-    gov.register("doc", tool, effect="read", deterministic=True, version="3")
+    gov.register("doc", tool, effect="read", deterministic=True, version="3", replace=True)
     s.user_turn()  # (a third identical read would otherwise be corrected, §4.2)
     assert s.call("doc", {"id": 1}).status is headway.Status.EXECUTED
     assert tool.count == 4

@@ -13,14 +13,14 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar, Unpack, overload
 
 from . import _pipeline
 from ._call import describe
 from ._effects import Flights, drive_async, drive_sync
 from ._redact import scrub
 from ._settle import check_stop, reach
-from ._spec import ToolSpec, error_result, make_spec, options_from_mcp
+from ._spec import ToolOptions, ToolSpec, error_result, make_spec, options_from_mcp
 from ._state import SessionState
 from .audit import AuditSink, MemoryAudit
 from .breaker import Breaker
@@ -175,19 +175,33 @@ class Governor:
 
     # -- tools ---------------------------------------------------------------------
 
-    def register(self, name: str, fn: Callable[..., Any] | None, **options: Any) -> ToolSpec:
+    def register(
+        self, name: str, fn: Callable[..., Any] | None, **options: Unpack[ToolOptions]
+    ) -> ToolSpec:
         """Register ``fn`` as tool ``name`` (the options are the fields of semantics §1).
 
         ``fn=None`` declares a tool that something else runs (a framework, an MCP server):
         each call then passes its runner, ``session.call(name, args, run=...)``.
         ``annotations=`` takes MCP tool annotations; explicit options win over them.
+        Registering a name again with a different spec needs ``replace=True`` (a second
+        registration by mistake would silently change the first tool's behaviour).
         """
-        annotations = options.pop("annotations", None)
-        merged = (
-            {**options_from_mcp(annotations), **options} if annotations is not None else options
-        )
-        merged.update(self.tool_config.get(name, {}))  # the operator's file wins
+        given: dict[str, Any] = dict(options)
+        annotations = given.pop("annotations", None)
+        replace = bool(given.pop("replace", False))
+        operator = {**given, **self.tool_config.get(name, {})}  # the operator's file wins
+        merged = operator
+        if annotations is not None:
+            hinted = options_from_mcp(annotations)
+            if operator.get("effect", hinted["effect"]) != "read":
+                hinted.pop("deterministic", None)  # a hint about reads, on a tool made a write
+            merged = {**hinted, **operator}
         spec = make_spec(name, fn, **merged)
+        old = self._specs.get(name)
+        if old is not None and old != spec and not replace:
+            raise ConfigError(
+                f"tool {name!r} is already registered; pass replace=True to replace it"
+            )
         self._specs[name] = spec
         self._session_cache = any(
             s.cacheable() and s.scope == "session" for s in self._specs.values()
@@ -199,11 +213,11 @@ class Governor:
 
     @overload
     def tool(
-        self, fn: None = None, /, *, name: str | None = None, **options: Any
+        self, fn: None = None, /, *, name: str | None = None, **options: Unpack[ToolOptions]
     ) -> Callable[[F], F]: ...
 
     def tool(
-        self, fn: F | None = None, /, *, name: str | None = None, **options: Any
+        self, fn: F | None = None, /, *, name: str | None = None, **options: Unpack[ToolOptions]
     ) -> F | Callable[[F], F]:
         """Decorator form of ``register``; the tool is named after the function by default."""
 

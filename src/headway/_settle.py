@@ -87,11 +87,16 @@ def settle(gov: Governor, st: SessionState, c: Call) -> Outcome:
             )
             v = monitor.after(spec, obs, c.value, now, st.no_progress_limit)
             mark, signals = v.mark, v.signals
-            if correction is None:
+            if correction is None and not (
+                c.error is not None and c.error.get("code") == "circuit_open"
+            ):  # an open circuit is not the arguments' fault: its own text says what to do
                 correction = v.correction
             if v.stop is not None:
                 diag = v.stop if c.agent is None else {**v.stop, "agent": c.agent}
                 stop = LoopDetected(diag) if v.stop_kind == "loop" else BudgetExceeded(diag)
+        if correction is not None and not gov.enforce:
+            # shadow mode: the model sees exactly what the tool returned; the audit keeps it
+            c.would, correction = c.would or "correct", None
         if correction is not None and c.agent is not None:  # name the agent it is meant for
             correction = f"[agent {c.agent}] {correction}"
         if stop is None and reached is not None:

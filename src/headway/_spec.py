@@ -5,13 +5,49 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from ._redact import DEFAULT_NAMES
 from .errors import ConfigError
 
 Effect = Literal["read", "write"]
 _NO_FALLBACK: Any = object()
+
+
+class ToolOptions(TypedDict, total=False):
+    """The keyword options of ``Governor.register`` and ``Governor.tool``: the fields of
+    ``ToolSpec`` (typed, so editors and mypy catch a misspelt option), plus
+    ``annotations`` (MCP tool annotations) and ``replace`` (re-register a name). Functions
+    are typed loosely (``Callable[..., X]``): a reconcile taking ``dict`` is as good as one
+    taking ``Mapping``."""
+
+    effect: Effect | Callable[..., str]
+    idempotent: bool
+    deterministic: bool
+    ttl: float | None
+    version: str
+    scope: Literal["session", "global"]
+    invalidates: Sequence[str] | str | None
+    resources: Callable[..., Any] | Sequence[str] | str | None
+    poll: bool
+    max_polls: int | None
+    max_wait_s: float | None
+    progress: Callable[..., bool] | None
+    progress_fields: Sequence[str] | str | None
+    no_progress_limit: int | None
+    ignore_fields: Sequence[str] | str
+    timeout: float | None
+    retry: Any
+    breaker: Any
+    fallback: Any
+    reconcile: Callable[..., Any] | None
+    classify: Any
+    failed_final: bool
+    redact: Sequence[str] | str
+    redact_defaults: bool
+    is_error: Callable[..., bool] | None
+    annotations: Mapping[str, Any] | None
+    replace: bool
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -59,6 +95,19 @@ class ToolSpec:
                 f"tool {self.name!r}: effect must be 'read', 'write' or a function, "
                 f"not {self.effect!r}"
             )
+        if self.effect == "write":  # a write cannot also be what only a read can be
+            for option, value in (
+                ("deterministic", self.deterministic),
+                ("poll", self.poll),
+                ("ttl", self.ttl),
+                ("scope", self.scope != "session"),
+            ):
+                if value:
+                    raise ConfigError(
+                        f"tool {self.name!r}: {option}={value!r} applies to reads only, and "
+                        "this tool is a write (effect='write', the default): set effect='read' "
+                        f"or drop {option}"
+                    )
         if self.ttl is not None and self.ttl < 0:
             raise ConfigError(f"tool {self.name!r}: ttl must be >= 0")
         if self.scope not in ("session", "global"):

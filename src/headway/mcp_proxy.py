@@ -150,8 +150,9 @@ class Governance(Middleware):
         fields = self.gov.tool_config.get(tool.name, {}).get("progress_fields")
         # the governed value is the whole CallToolResult: progress_fields name fields of
         # its structured content (or of a JSON object in its text)
-        extra = {"progress": fields_changed(tuple(fields))} if fields else {}
-        self.gov.register(tool.name, None, annotations=annotations, **extra)
+        progress = fields_changed(tuple(fields)) if fields else None
+        # replace=True: a tools/list change re-declares the tool from its new annotations
+        self.gov.register(tool.name, None, annotations=annotations, progress=progress, replace=True)
 
     def _session_of(self, context: MiddlewareContext[Any], meta: Mapping[str, Any]) -> str:
         if self.session_id is not None:

@@ -92,9 +92,12 @@ class Outcome(NamedTuple):
             )
         elif s is Status.UNKNOWN:
             text = (
-                f"The outcome of {self.tool} is unknown (it may or may not have taken effect); "
-                f"headway is reconciling it (reconcile key {self.reconcile_key}). "
-                "Do not repeat this call; continue with other work or check its effect."
+                f"The outcome of {self.tool} is unknown: it may or may not have taken effect "
+                f"(reconcile key {self.reconcile_key}). Nothing checks it in the meantime. If "
+                "you call it again with the same arguments and key, headway first checks "
+                "whether it took effect and runs it again only if it did not; it never runs "
+                "twice. Do not repeat it with other arguments to get around this: check its "
+                "effect with a read, or continue with other work."
             )
         elif s is Status.CORRECTED:
             return scrub(self.correction or f"headway: {self.tool} was not run.")
@@ -102,12 +105,20 @@ class Outcome(NamedTuple):
             text = str(self.error.get("message", ""))  # the tool's own answer, as it gave it
         else:
             err = self.error or {}
-            retry = (
-                "Retrying may help."
-                if err.get("retryable")
-                else "Retrying the same call will not help."
-            )
-            text = f"Error from {self.tool} [{err.get('code', 'error')}]: {err.get('message', '')}. {retry}"
+            code = err.get("code", "error")
+            if code == "circuit_open":
+                retry = ""  # its hint says when to call again
+            elif not err.get("retryable"):
+                retry = " Retrying the same call will not help."
+            elif self.attempts > 1:
+                retry = (
+                    f" headway already tried it {self.attempts} times; calling it again right "
+                    "away will likely fail the same way."
+                )
+            else:
+                retry = " Retrying may help."
+            message = str(err.get("message", "")).rstrip(".")
+            text = f"Error from {self.tool} [{code}]: {message}.{retry}"
             if err.get("hint"):
                 text += f" {err['hint']}"
         if self.correction:

@@ -32,6 +32,12 @@ _LIVE = f"(gc_at IS NULL OR gc_at > {_NOW})"
 _GC = f"{_NOW} + %s"
 
 
+def _reason(exc: Exception) -> str:
+    """The server's own words, on one line (libpq's message repeats per address tried)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return " ".join(dict.fromkeys(lines)) or type(exc).__name__
+
+
 class PostgresStore:
     blocking = True
 
@@ -46,6 +52,14 @@ class PostgresStore:
     ) -> None:
         self.dsn = dsn
         self.prefix = prefix
+        connect_timeout = max(1, int(timeout_s))
+        try:
+            # one direct connection first: a wrong role, password or database fails here at
+            # once with the server's reason, instead of the pool retrying (and logging) until
+            # its timeout and then reporting only that it timed out
+            psycopg.connect(dsn, connect_timeout=connect_timeout, autocommit=True).close()
+        except psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL store: {_reason(exc)}") from None
         try:
             self._pool = ConnectionPool(
                 dsn,
@@ -53,7 +67,7 @@ class PostgresStore:
                 max_size=max_size,
                 timeout=timeout_s,
                 open=True,
-                kwargs={"autocommit": True, "connect_timeout": max(1, int(timeout_s))},
+                kwargs={"autocommit": True, "connect_timeout": connect_timeout},
             )
             with self._pool.connection() as conn, conn.transaction():
                 # one creator at a time: concurrent CREATE TABLE IF NOT EXISTS can collide

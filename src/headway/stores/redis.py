@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import StoreError
+from ..errors import ConfigError, StoreError
 from ._base import dumps, loads
 
 try:
@@ -44,9 +44,15 @@ class RedisStore:
     ) -> None:
         self.url = url
         self.prefix = prefix
-        self._client = _redis.Redis.from_url(
-            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, decode_responses=True
-        )
+        try:
+            self._client = _redis.Redis.from_url(
+                url,
+                socket_timeout=timeout_s,
+                socket_connect_timeout=timeout_s,
+                decode_responses=True,
+            )
+        except ValueError as exc:  # redis-py's own URL checks
+            raise ConfigError(f"invalid Redis URL {url!r}: {exc}") from None
         self._swap = self._client.register_script(_SWAP)
 
     def _k(self, key: str) -> str:

@@ -1,0 +1,72 @@
+"""Tool options: typed keywords (mypy catches a misspelt option), ConfigErrors for
+contradictory options, and re-registration only with replace=True."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import headway
+from headway.testing import ScriptedTool
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"deterministic": True}, {"poll": True}, {"ttl": 30}, {"scope": "global"}],
+    ids=["deterministic", "poll", "ttl", "scope"],
+)
+@pytest.mark.parametrize("effect", [{}, {"effect": "write"}], ids=["default", "explicit"])
+def test_read_only_options_on_a_write_are_a_config_error(
+    gov: headway.Governor, options: dict[str, object], effect: dict[str, object]
+) -> None:
+    option = next(iter(options))
+    with pytest.raises(headway.ConfigError, match=f"{option}=.*reads only"):
+        gov.register("send", ScriptedTool(["ok"]), **effect, **options)  # type: ignore[arg-type]
+    assert gov.spec("send") is None
+
+
+def test_registering_a_name_twice_needs_replace(gov: headway.Governor) -> None:
+    first, second = ScriptedTool(["one"]), ScriptedTool(["two"])
+    gov.register("t", first, effect="read")
+    with pytest.raises(headway.ConfigError, match=r"already registered.*replace=True"):
+        gov.register("t", second, effect="read")
+    assert gov.session("a").call("t", {}).value == "one"  # the first tool is untouched
+    gov.register("t", second, effect="read", replace=True)
+    assert gov.session("b").call("t", {}).value == "two"
+    gov.register("t", second, effect="read")  # the very same spec again: harmless
+
+
+def test_a_misspelt_option_fails_mypy_and_raises(tmp_path: Path, gov: headway.Governor) -> None:
+    pytest.importorskip("mypy")
+    snippet = tmp_path / "snippet.py"
+    snippet.write_text(
+        textwrap.dedent(
+            """
+            import headway
+            gov = headway.Governor()
+            gov.register("t", print, efect="read")
+            gov.tool(name="u", deterministc=True)(print)
+            gov.register("v", print, effect="read", deterministic=True, ttl=5.0)
+            """
+        ),
+        encoding="utf-8",
+    )
+    # in a subprocess: mypy changes interpreter state (its recursion limit) when run in-process
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", str(snippet), "--strict", "--no-incremental"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+    )
+    out, status = done.stdout, done.returncode
+    assert status == 1
+    assert 'Unexpected keyword argument "efect"' in out
+    assert 'Unexpected keyword argument "deterministc"' in out
+    assert f"{snippet}:6:" not in out  # the well-spelt call type-checks
+    with pytest.raises(headway.ConfigError, match="unknown option"):
+        gov.register("t", print, efect="read")  # type: ignore[call-arg]
