@@ -216,7 +216,7 @@ def _renewed(gov: Governor, c: Call) -> Plan[bool]:
             "lease_lost",
             "the claim on this operation's key could not be renewed before a retry",
             retryable=False,
-            hint="Do not repeat this call; call again with the same key to get its outcome.",
+            hint="Do not run it again under a new key: a call with the same key finds out its outcome first.",
         )
     return bool(ok)
 

@@ -437,7 +437,7 @@ class Writes:
                 "result_not_recorded",
                 "the operation ran but its result could not be recorded",
                 retryable=False,
-                hint="Do not repeat this call; call again with the same key to get its result.",
+                hint="Do not run it again under a new key: a call with the same key returns its result.",
             )
             return
         if c.status is UNKNOWN:
