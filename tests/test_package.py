@@ -29,10 +29,14 @@ def test_the_license_file_matches_the_declared_license() -> None:
     assert (ROOT / "LICENSE").read_text(encoding="utf-8").startswith("MIT License")
 
 
+# distributions whose import name is not derived from their name
+_IMPORTED_AS = {"openai-agents": {"agents"}}
+
+
 def _module_names(requirement: str) -> set[str]:
     name = re.split(r"[\[<>=!~; ]", requirement, maxsplit=1)[0].lower()
     parts = name.split("-")  # llama-index-core is imported as llama_index
-    return {"_".join(parts[:n]) for n in range(1, len(parts) + 1)}
+    return {"_".join(parts[:n]) for n in range(1, len(parts) + 1)} | _IMPORTED_AS.get(name, set())
 
 
 def test_every_extra_has_code_that_uses_it() -> None:

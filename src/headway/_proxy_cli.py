@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 from ._session import Governor
-from ._spec import make_spec
+from ._spec import declares_read, make_spec
 from .audit import AuditSink, JSONLSink, SQLiteAuditSink
 from .config import load_config
 from .errors import ConfigError
@@ -94,7 +94,8 @@ def open_governor(config: str | None, store: str | None, audit: str | None) -> G
             for key, value in table.items():
                 _check_type(where, key, value)
             try:
-                make_spec(name, None, **table)
+                implied = {"effect": "read"} if declares_read(table) else {}
+                make_spec(name, None, **implied, **table)
             except (ConfigError, TypeError, ValueError) as exc:
                 raise ConfigError(f"{where}: {exc}") from None
         options = dict(cfg.governor)

@@ -161,6 +161,17 @@ def error_result(value: Any) -> bool:
     return getattr(value, "status", None) == "error"
 
 
+def declares_read(table: Mapping[str, Any]) -> bool:
+    """An operator's table that gives a tool what only a read can have (a ttl, an exact
+    cache, polling, a global scope) and no effect declares it a read, whatever the upstream's
+    annotations say: the operator's file wins, and it would be a contradiction otherwise."""
+    if "effect" in table:
+        return False
+    return bool(table.get("ttl") or table.get("deterministic") or table.get("poll")) or (
+        table.get("scope") == "global"
+    )
+
+
 def make_spec(name: str, fn: Callable[..., Any] | None, **options: Any) -> ToolSpec:
     """Build a spec from keyword options, turning lists into tuples and checking names."""
     fields = {f.name for f in dataclasses.fields(ToolSpec)} - {
