@@ -39,6 +39,7 @@ except ImportError:
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 UPSTREAM = Path(__file__).with_name("mcp_upstream.py")
+SRC = Path(__file__).resolve().parents[1] / "src"
 CONFIG = """
 [tools.quote]
 ttl = 1.0
@@ -57,6 +58,14 @@ timeout = 0.5
 retry = { attempts = 1 }
 """
 BOUND_S = 60  # generous bounds: a hang fails the test instead of the suite
+
+
+def child_env() -> dict[str, str]:
+    """A proxy subprocess's environment: this checkout's sources first (an MCP stdio
+    transport passes only a few variables on by default, and a relative PYTHONPATH would
+    not survive another working directory)."""
+    path = [str(SRC), *filter(None, [os.environ.get("PYTHONPATH")])]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
 
 
 def free_port() -> int:
@@ -80,7 +89,9 @@ def wait_for_port(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
 def background(args: list[str], cwd: Path, port: int, name: str) -> Iterator[None]:
     log = cwd / f"{name}.stderr"
     with log.open("wb") as err:
-        proc = subprocess.Popen(args, cwd=cwd, stdout=subprocess.DEVNULL, stderr=err)
+        proc = subprocess.Popen(
+            args, cwd=cwd, stdout=subprocess.DEVNULL, stderr=err, env=child_env()
+        )
     try:
         wait_for_port(port, proc, log)
         yield
@@ -104,7 +115,11 @@ def proxy_command(work: Path, *upstream: str, http: int | None = None) -> list[s
 def stdio_client(work: Path, *upstream: str) -> Client[Any]:
     command = proxy_command(work, *upstream)
     transport = StdioTransport(
-        command=command[0], args=command[1:], cwd=str(work), log_file=work / "proxy.stderr"
+        command=command[0],
+        args=command[1:],
+        cwd=str(work),
+        env=child_env(),
+        log_file=work / "proxy.stderr",
     )
     return Client(transport, timeout=BOUND_S)
 

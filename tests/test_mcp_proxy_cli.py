@@ -113,14 +113,16 @@ async def test_an_http_upstream_is_governed_and_its_death_is_a_clear_tool_error(
 ) -> None:
     import asyncio
 
-    from test_mcp_proxy import BOUND_S, UPSTREAM, background, free_port, status, text
+    from test_mcp_proxy import BOUND_S, UPSTREAM, background, child_env, free_port, status, text
 
     port = free_port()
     log = tmp_path / "upstream.log"
     upstream = [sys.executable, str(UPSTREAM), str(log), "--http", str(port)]
     args = ["-m", "headway.cli", "proxy", "--store", f"sqlite:///{tmp_path / 'h.db'}"]
     args += ["--upstream", f"http://127.0.0.1:{port}/mcp"]
-    transport = StdioTransport(command=sys.executable, args=args, cwd=str(tmp_path))
+    transport = StdioTransport(
+        command=sys.executable, args=args, cwd=str(tmp_path), env=child_env()
+    )
     results: list[Any] = []
     async with Client(transport, timeout=BOUND_S) as client:
         with background(upstream, tmp_path, port, "upstream"):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -273,17 +274,37 @@ def _error(text: str, headway: dict[str, Any]) -> ToolResult:
     return ToolResult(content=[mt.TextContent(text=text)], meta={"headway": headway}, is_error=True)
 
 
-def build(gov: Governor, upstream: Any, *, session_id: str | None = None) -> FastMCP[Any]:
-    """The proxy server in front of ``upstream`` (a command list for stdio, or a URL)."""
+def build(
+    gov: Governor, upstream: Any, *, session_id: str | None = None, metrics: Any = None
+) -> FastMCP[Any]:
+    """The proxy server in front of ``upstream`` (a command list for stdio, or a URL).
+    ``metrics``: a ``prometheus_client`` registry served at ``/metrics`` over HTTP."""
     if isinstance(upstream, list | tuple):
         from fastmcp.client.transports import StdioTransport
 
-        target: Any = StdioTransport(command=upstream[0], args=list(upstream[1:]))
+        # the whole environment: an upstream's credentials (GITHUB_TOKEN, ...) come from the
+        # client's configuration through the proxy (the MCP default passes only PATH, HOME...)
+        target: Any = StdioTransport(
+            command=upstream[0], args=list(upstream[1:]), env=dict(os.environ)
+        )
     else:
         target = upstream
     server = create_proxy(target, name="headway")
     server.add_middleware(Governance(gov, session_id=session_id))
+    if metrics is not None:
+        serve_metrics(server, metrics)
     return server
+
+
+def serve_metrics(server: FastMCP[Any], registry: Any) -> None:
+    """``GET /metrics``: the registry in Prometheus's text exposition format."""
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+    from starlette.requests import Request
+    from starlette.responses import Response
+
+    @server.custom_route("/metrics", methods=["GET"])
+    async def scrape(request: Request) -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
 
 def new_stdio_session() -> str:
