@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import statistics
 import sys
 import tempfile
@@ -29,6 +30,13 @@ from fastmcp.client.transports import StdioTransport
 from fastmcp.server.middleware import Middleware
 
 UPSTREAM = Path(__file__).resolve().parents[1] / "tests" / "mcp_upstream.py"
+SRC = Path(__file__).resolve().parents[1] / "src"
+# this checkout's headway in the proxy process (a stdio transport passes on only PATH,
+# HOME and a few more by default)
+ENV = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")])),
+}
 
 
 async def measure(commands: dict[str, list[str]], calls: int, cwd: str) -> dict[str, list[float]]:
@@ -37,7 +45,7 @@ async def measure(commands: dict[str, list[str]], calls: int, cwd: str) -> dict[
     async with contextlib.AsyncExitStack() as stack:
         clients = {}
         for name, command in commands.items():
-            transport = StdioTransport(command=command[0], args=command[1:], cwd=cwd)
+            transport = StdioTransport(command=command[0], args=command[1:], cwd=cwd, env=ENV)
             clients[name] = await stack.enter_async_context(Client(transport, timeout=60))
         for i in range(20):  # warm up: imports, first connections, SQLite pages
             for client in clients.values():
@@ -114,6 +122,10 @@ def main() -> None:
             "direct": upstream,
             "fastmcp proxy": [sys.executable, __file__, "--plain-proxy", "--", *upstream],
             "headway proxy": [sys.executable, "-m", "headway.cli", "proxy", "--", *upstream],
+            "headway, memory": [
+                *[sys.executable, "-m", "headway.cli", "proxy", "--store", "memory://"],
+                *["--audit", str(Path(tmp) / "audit.jsonl"), "--", *upstream],
+            ],
         }
         times = asyncio.run(measure(paths, args.calls, tmp))
         inside = {
@@ -128,7 +140,7 @@ def main() -> None:
         p90 = statistics.quantiles(t, n=10)[-1]
         print(f"  {name:14s} median {medians[name] * 1000:7.3f} ms   p90 {p90 * 1000:7.3f} ms")
     direct = medians["direct"]
-    for name in ("fastmcp proxy", "headway proxy"):
+    for name in ("fastmcp proxy", "headway proxy", "headway, memory"):
         added = medians[name] - direct
         print(f"  {name}: +{added * 1000:.3f} ms per call, {medians[name] / direct:.2f}x direct")
     hop = medians["headway proxy"] - medians["fastmcp proxy"]

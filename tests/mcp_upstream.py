@@ -14,8 +14,9 @@ import sys
 import time
 from pathlib import Path
 
-from fastmcp import FastMCP
-from mcp_types import ToolAnnotations
+from fastmcp import Context, FastMCP
+from fastmcp.tools import Tool
+from mcp_types import ToolAnnotations, ToolListChangedNotification
 
 LOG = Path(sys.argv[1])
 mcp = FastMCP("upstream")
@@ -96,6 +97,31 @@ def hang(seconds: float) -> str:
     executed("hang", seconds=seconds)
     time.sleep(seconds)
     return "late"
+
+
+@mcp.tool(annotations=READ_OPEN)
+async def count(n: int, ctx: Context) -> str:
+    """Reports its progress n times, then answers."""
+    executed("count", n=n)
+    for i in range(n):
+        await ctx.report_progress(i + 1, n, f"step {i + 1}")
+    return f"counted to {n}"
+
+
+def hidden_lookup(key: str) -> str:
+    """A read-only, closed-world lookup that only exists after ``unlock``."""
+    executed("hidden_lookup", key=key)
+    return f"hidden value of {key}"
+
+
+@mcp.tool(annotations=DESTRUCTIVE)
+async def unlock(ctx: Context) -> str:
+    """Adds ``hidden_lookup`` to the tool list and says so (tools/list_changed)."""
+    executed("unlock")
+    if await mcp.get_tool("hidden_lookup") is None:
+        mcp.add_tool(Tool.from_function(hidden_lookup, annotations=READ_CLOSED))
+    await ctx.send_notification(ToolListChangedNotification())
+    return "unlocked"
 
 
 @mcp.tool()

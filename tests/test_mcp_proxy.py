@@ -112,6 +112,13 @@ def proxy_command(work: Path, *upstream: str, http: int | None = None) -> list[s
     return [*args, *upstream]
 
 
+NOTES: list[str] = []  # the kinds of the server messages the tests' clients received
+
+
+async def note_message(message: Any) -> None:
+    NOTES.append(type(getattr(message, "root", message)).__name__)
+
+
 def stdio_client(work: Path, *upstream: str) -> Client[Any]:
     command = proxy_command(work, *upstream)
     transport = StdioTransport(
@@ -121,7 +128,7 @@ def stdio_client(work: Path, *upstream: str) -> Client[Any]:
         env=child_env(),
         log_file=work / "proxy.stderr",
     )
-    return Client(transport, timeout=BOUND_S)
+    return Client(transport, timeout=BOUND_S, message_handler=note_message)
 
 
 @dataclass
@@ -140,7 +147,9 @@ class Proxy:
         if self.shared is not None:
             yield self.shared
         else:  # a handshake-era client: the MCP session id is its headway session
-            async with Client(self.url, mode="legacy", timeout=BOUND_S) as client:
+            async with Client(
+                self.url, mode="legacy", timeout=BOUND_S, message_handler=note_message
+            ) as client:
                 yield client
 
 
@@ -168,6 +177,7 @@ class Caller:
     log: Path
     turn: bool = True
     sessions: set[str] = field(default_factory=set)
+    notes: list[str] = field(default_factory=lambda: NOTES)
 
     async def __call__(self, tool: str, args: dict[str, Any], **meta: Any) -> Any:
         if self.turn:
@@ -290,6 +300,32 @@ async def test_resources_templates_and_prompts_pass_through_unchanged(mcp: Calle
     tools = {t.name: t for t in await client.list_tools()}
     assert tools["lookup"].annotations is not None
     assert tools["lookup"].annotations.read_only_hint is True  # annotations reach the client
+
+
+async def test_progress_notifications_of_a_governed_call_reach_the_client(mcp: Caller) -> None:
+    seen: list[tuple[float, float | None, str | None]] = []
+
+    async def progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, total, message))
+
+    result = await mcp.client.call_tool("count", {"n": 3}, progress_handler=progress)
+    assert text(result) == "counted to 3" and status(result) == "executed"
+    assert seen == [(1, 3, "step 1"), (2, 3, "step 2"), (3, 3, "step 3")]
+
+
+async def test_a_tool_list_change_reaches_the_client_and_the_new_tools_annotations_govern(
+    mcp: Caller,
+) -> None:
+    before = {t.name for t in await mcp.client.list_tools()}
+    await mcp("unlock", {})
+    async with asyncio.timeout(BOUND_S):
+        while "ToolListChangedNotification" not in mcp.notes:
+            await asyncio.sleep(0.01)
+    after = {t.name for t in await mcp.client.list_tools()}
+    assert "hidden_lookup" not in before and "hidden_lookup" in after
+    answers = [await mcp("hidden_lookup", {"key": "h1"}) for _ in range(2)]
+    assert [status(a) for a in answers] == ["executed", "cached"]  # read-only, closed world
+    assert mcp.executions("hidden_lookup", key="h1") == 1
 
 
 async def test_an_upstream_error_result_reaches_the_client_as_it_was_and_is_never_cached(

@@ -211,12 +211,20 @@ def run(args: argparse.Namespace) -> int:
     from . import mcp_proxy
 
     session = None if http else mcp_proxy.new_stdio_session()
-    server = mcp_proxy.build(gov, command or args.upstream, session_id=session, metrics=registry)
     where = f"http://{http[0]}:{http[1]}/mcp" if http else f"stdio, session {session}"
     if http and registry is not None:
         where += f", metrics at http://{http[0]}:{http[1]}/metrics"
     mcp_proxy.note(f"serving {where}; upstream {' '.join(command) or args.upstream}")
     try:
+        if http is None and command and session is not None:
+            # stdio to stdio: the light relay (one persistent upstream, lines passed on)
+            from ._mcp_relay import serve
+
+            asyncio.run(serve(gov, command, session))
+            return 0
+        server = mcp_proxy.build(
+            gov, command or args.upstream, session_id=session, metrics=registry
+        )
         if http is None:
             asyncio.run(server.run_async("stdio", show_banner=False, log_level="WARNING"))
         else:

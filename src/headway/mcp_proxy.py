@@ -19,7 +19,7 @@ import json
 import os
 import sys
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import mcp_types as mt
@@ -32,7 +32,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from ._session import Governor
+from ._session import Governor, Session
 from .errors import HeadwayError, Stop
 from .outcome import Outcome, Status
 
@@ -95,40 +95,16 @@ class Governance(Middleware):
             if tool is not None:
                 self._declare(tool)
         session = self.gov.session(self._session_of(context, meta))
-        if meta.get(USER_TURN) is True:
-            session.user_turn()
         upstream: list[ToolResult] = []
 
-        async def run(**_: Any) -> dict[str, Any]:
-            try:
-                result = await call_next(context)
-            except Exception as exc:
-                if _unreachable(exc):  # retryable: reads are tried again, stdio restarted
-                    raise UpstreamError(
-                        f"the upstream MCP server crashed, closed the connection or cannot "
-                        f"be reached ({type(exc).__name__}: {exc})"
-                    ) from exc
-                raise
+        async def forward() -> dict[str, Any]:
+            result = await call_next(context)
             upstream.append(result)
             return to_json(result)
 
-        key = meta.get(IDEMPOTENCY_KEY)
-        try:
-            out = await session.acall(
-                name,
-                params.arguments or {},
-                idempotency_key=str(key) if key is not None else None,
-                run=run,
-            )
-        except Stop as stop:
-            return _error(
-                f"headway stopped this session: {json.dumps(stop.diagnostic, default=str)}",
-                {"status": "stopped", "session": session.id, "diagnostic": stop.diagnostic},
-            )
-        except HeadwayError as exc:  # arguments that cannot be keyed, a reused key
-            return _error(
-                f"headway refused this call: {exc}", {"status": "refused", "session": session.id}
-            )
+        out = await govern(session, name, params.arguments or {}, meta, forward)
+        if not isinstance(out, Outcome):
+            return _error(*out)
         if upstream:
             self._raw[name] = isinstance(upstream[-1], RawStructuredToolResult)
         return answer(
@@ -145,15 +121,7 @@ class Governance(Middleware):
         )
         schema = tool.output_schema
         self._raw.setdefault(tool.name, schema is not None and not is_object_schema(schema))
-        if self._annotations.get(tool.name) == annotations and self.gov.spec(tool.name):
-            return
-        self._annotations[tool.name] = annotations
-        fields = self.gov.tool_config.get(tool.name, {}).get("progress_fields")
-        # the governed value is the whole CallToolResult: progress_fields name fields of
-        # its structured content (or of a JSON object in its text)
-        progress = fields_changed(tuple(fields)) if fields else None
-        # replace=True: a tools/list change re-declares the tool from its new annotations
-        self.gov.register(tool.name, None, annotations=annotations, progress=progress, replace=True)
+        declare(self.gov, tool.name, annotations, self._annotations)
 
     def _session_of(self, context: MiddlewareContext[Any], meta: Mapping[str, Any]) -> str:
         if self.session_id is not None:
@@ -167,6 +135,66 @@ class Governance(Middleware):
 
 
 _MODERN = MODERN_PROTOCOL_VERSIONS
+
+Refusal = tuple[str, dict[str, Any]]  # headway's text and _meta.headway for a call not run
+
+
+async def govern(
+    session: Session,
+    name: str,
+    arguments: Mapping[str, Any],
+    meta: Mapping[str, Any],
+    forward: Callable[[], Awaitable[dict[str, Any]]],
+) -> Outcome | Refusal:
+    """One ``tools/call`` through ``session``: its outcome, or headway's refusal (a stop,
+    a key that cannot be used). ``forward`` runs it upstream and gives the JSON of the
+    upstream's ``CallToolResult``; ``meta`` is the request's ``_meta``."""
+    if meta.get(USER_TURN) is True:
+        session.user_turn()
+
+    async def run(**_: Any) -> dict[str, Any]:
+        try:
+            return await forward()
+        except Exception as exc:
+            if _unreachable(exc):  # retryable: reads are tried again, stdio restarted
+                raise UpstreamError(
+                    f"the upstream MCP server crashed, closed the connection or cannot "
+                    f"be reached ({type(exc).__name__}: {exc})"
+                ) from exc
+            raise
+
+    key = meta.get(IDEMPOTENCY_KEY)
+    try:
+        return await session.acall(
+            name,
+            dict(arguments),
+            idempotency_key=str(key) if key is not None else None,
+            run=run,
+        )
+    except Stop as stop:
+        return (
+            f"headway stopped this session: {json.dumps(stop.diagnostic, default=str)}",
+            {"status": "stopped", "session": session.id, "diagnostic": stop.diagnostic},
+        )
+    except HeadwayError as exc:  # arguments that cannot be keyed, a reused key
+        return f"headway refused this call: {exc}", {"status": "refused", "session": session.id}
+
+
+def declare(
+    gov: Governor, name: str, annotations: dict[str, Any], seen: dict[str, dict[str, Any]]
+) -> None:
+    """A tool's spec from its listed MCP annotations (the operator's table wins, in
+    register); declared again when a changed tool list brings new annotations. ``seen``:
+    the annotations each tool was last declared with."""
+    if seen.get(name) == annotations and gov.spec(name):
+        return
+    seen[name] = annotations
+    fields = gov.tool_config.get(name, {}).get("progress_fields")
+    # the governed value is the whole CallToolResult: progress_fields name fields of
+    # its structured content (or of a JSON object in its text)
+    progress = fields_changed(tuple(fields)) if fields else None
+    # replace=True: a tools/list change re-declares the tool from its new annotations
+    gov.register(name, None, annotations=annotations, progress=progress, replace=True)
 
 
 def _request_meta(context: MiddlewareContext[Any]) -> Mapping[str, Any]:
@@ -258,6 +286,40 @@ def answer(out: Outcome, upstream: ToolResult | None, session: str, raw: bool) -
             extra = [mt.TextContent(text=out.to_model())]
         return _result([*content, *extra], structured, {**meta, "headway": headway}, is_error, raw)
     return _error(out.to_model(), headway)
+
+
+def answer_json(out: Outcome, ran: Mapping[str, Any] | None, session: str) -> dict[str, Any]:
+    """``answer`` on JSON (the stdio relay): the ``CallToolResult`` the client receives.
+    ``ran``: the upstream's result during this call, if it ran, as the upstream sent it."""
+    headway = _headway_meta(out, session)
+    extra: list[Any] = [{"type": "text", "text": out.correction}] if out.correction else []
+    error = out.error or {}
+    if ran is not None and (
+        out.status is Status.EXECUTED
+        or (out.status is Status.ERROR and error.get("code") == "error_result")
+    ):
+        base: Mapping[str, Any] = ran
+    elif out.status in _ANSWERED and isinstance(out.value, Mapping) and "content" in out.value:
+        base = out.value  # the stored upstream result
+    elif out.status in _ANSWERED:  # a fallback value from the operator's configuration
+        base, extra = {"content": []}, [{"type": "text", "text": out.to_model()}]
+    else:
+        return error_json(out.to_model(), headway)
+    return {
+        "resultType": "complete",  # required from 2026-07-28 on; absent means the same
+        **base,
+        "content": [*(base.get("content") or []), *extra],
+        "_meta": {**(base.get("_meta") or {}), "headway": headway},
+    }
+
+
+def error_json(text: str, headway: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "resultType": "complete",
+        "content": [{"type": "text", "text": text}],
+        "isError": True,
+        "_meta": {"headway": headway},
+    }
 
 
 def _result(
