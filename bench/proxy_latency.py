@@ -2,14 +2,18 @@
 
     python bench/proxy_latency.py [--calls 300]
 
-Three paths to the same upstream (tests/mcp_upstream.py, its ``echo`` tool, a new argument
-on every call so nothing is cached and every call reaches the upstream):
+Paths to the same upstream (tests/mcp_upstream.py, its ``echo`` tool, a new argument on
+every call so nothing is cached and every call reaches the upstream), taking turns call by
+call:
 
 - direct: client -> upstream
-- fastmcp proxy: client -> FastMCP's own proxy (no governance) -> upstream
+- fastmcp proxy: client -> FastMCP's own proxy (``create_proxy``, no governance) -> upstream
+- byte relay: client -> lines passed on, nothing parsed (the floor of a hop in Python)
 - headway proxy: client -> ``headway proxy`` (SQLite store and audit, the defaults) -> upstream
+- headway, memory: the same with ``--store memory://`` and a JSONL audit
 
-Prints the median and p90 of each, the added latency and the ratio to the direct call.
+Prints the median and p90 of each, the added latency and the ratio to the direct call,
+headway's share over the byte relay, and headway's decision work alone, in process.
 """
 
 from __future__ import annotations
@@ -27,7 +31,6 @@ from typing import Any
 
 from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
-from fastmcp.server.middleware import Middleware
 
 UPSTREAM = Path(__file__).resolve().parents[1] / "tests" / "mcp_upstream.py"
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -59,45 +62,58 @@ async def measure(commands: dict[str, list[str]], calls: int, cwd: str) -> dict[
     return times
 
 
-async def governance(upstream: list[str], store: str | None, calls: int) -> list[float]:
-    """Time spent in headway's middleware per call, the upstream call excluded (in process:
-    a client talks to the proxy server in memory)."""
+async def governance(store: str | None, calls: int) -> list[float]:
+    """Headway's own time per call in the relay's path (``govern`` and the JSON answer), the
+    upstream replaced by an answer at hand: the decision work alone, no process hop."""
     import headway
-    from headway import mcp_proxy
     from headway.audit import SQLiteAuditSink
+    from headway.mcp_proxy import answer_json, govern
 
     if store is None:
         gov = headway.Governor(audit=[])
     else:
         gov = headway.Governor(headway.SQLiteStore(store), audit=[SQLiteAuditSink(store)])
-    middleware = mcp_proxy.Governance(gov, session_id="bench")
-    server = mcp_proxy.build(gov, upstream, session_id="bench")
-    server.middleware[:] = [m for m in server.middleware if type(m) is not mcp_proxy.Governance]
-    overhead: list[float] = []
+    session = gov.session("bench")
+    times: list[float] = []
+    for i in range(calls + 20):
+        text = f"call {i}"
 
-    class Timed(Middleware):
-        async def on_call_tool(self, context: Any, call_next: Any) -> Any:
-            inner = 0.0
+        async def forward(text: str = text) -> dict[str, Any]:
+            return {"content": [{"type": "text", "text": text}], "isError": False}
 
-            async def timed_next(ctx: Any) -> Any:
-                nonlocal inner
-                start = time.perf_counter()
-                try:
-                    return await call_next(ctx)
-                finally:
-                    inner += time.perf_counter() - start
-
-            start = time.perf_counter()
-            result = await middleware.on_call_tool(context, timed_next)
-            overhead.append(time.perf_counter() - start - inner)
-            return result
-
-    server.add_middleware(Timed())
-    async with Client(server, timeout=60) as client:
-        for i in range(calls + 20):
-            await client.call_tool("echo", {"text": f"call {i}"})
+        start = time.perf_counter()
+        out = await govern(session, "echo", {"text": text}, {}, forward)
+        assert isinstance(out, headway.Outcome)
+        answer_json(out, await forward(), session.id)
+        times.append(time.perf_counter() - start)
     gov.close()
-    return overhead[20:]
+    return times[20:]
+
+
+async def byte_relay(upstream: list[str]) -> None:
+    """Lines passed on both ways, nothing parsed: the floor of any proxy hop in Python (run
+    as a subprocess by this script)."""
+    loop = asyncio.get_running_loop()
+    proc = await asyncio.create_subprocess_exec(
+        *upstream, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
+    )
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    stdin = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdin), sys.stdin)
+
+    async def back(stdout: asyncio.StreamReader) -> None:
+        while line := await stdout.readline():
+            sys.stdout.buffer.write(line)
+            sys.stdout.buffer.flush()
+
+    task = asyncio.create_task(back(proc.stdout))
+    while line := await stdin.readline():
+        proc.stdin.write(line)
+        await proc.stdin.drain()
+    proc.stdin.close()
+    await proc.wait()
+    await task
 
 
 def plain_proxy(upstream: list[str]) -> None:
@@ -112,15 +128,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--plain-proxy", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--byte-relay", action="store_true", help=argparse.SUPPRESS)
     args, rest = parser.parse_known_args()
     if args.plain_proxy:
         plain_proxy(rest[rest.index("--") + 1 :])
+        return
+    if args.byte_relay:
+        asyncio.run(byte_relay(rest[rest.index("--") + 1 :]))
         return
     with tempfile.TemporaryDirectory(prefix="headway-bench-") as tmp:
         upstream = [sys.executable, str(UPSTREAM), str(Path(tmp) / "upstream.log")]
         paths = {
             "direct": upstream,
             "fastmcp proxy": [sys.executable, __file__, "--plain-proxy", "--", *upstream],
+            "byte relay": [sys.executable, __file__, "--byte-relay", "--", *upstream],
             "headway proxy": [sys.executable, "-m", "headway.cli", "proxy", "--", *upstream],
             "headway, memory": [
                 *[sys.executable, "-m", "headway.cli", "proxy", "--store", "memory://"],
@@ -129,26 +150,26 @@ def main() -> None:
         }
         times = asyncio.run(measure(paths, args.calls, tmp))
         inside = {
-            "memory store": asyncio.run(governance(upstream, None, args.calls)),
-            "SQLite store + audit": asyncio.run(
-                governance(upstream, str(Path(tmp) / "g.db"), args.calls)
-            ),
+            "memory store": asyncio.run(governance(None, args.calls)),
+            "SQLite store + audit": asyncio.run(governance(str(Path(tmp) / "g.db"), args.calls)),
         }
     medians = {name: statistics.median(t) for name, t in times.items()}
     print(f"{args.calls} calls per path, stdio, echo tool, paths taking turns (median / p90)")
     for name, t in times.items():
         p90 = statistics.quantiles(t, n=10)[-1]
-        print(f"  {name:14s} median {medians[name] * 1000:7.3f} ms   p90 {p90 * 1000:7.3f} ms")
+        print(f"  {name:15s} median {medians[name] * 1000:7.3f} ms   p90 {p90 * 1000:7.3f} ms")
     direct = medians["direct"]
-    for name in ("fastmcp proxy", "headway proxy", "headway, memory"):
+    print(f"  target: headway adds under {max(1.0, direct * 100):.3f} ms (1 ms or 10% of direct)")
+    for name in ("fastmcp proxy", "byte relay", "headway proxy", "headway, memory"):
         added = medians[name] - direct
         print(f"  {name}: +{added * 1000:.3f} ms per call, {medians[name] / direct:.2f}x direct")
-    hop = medians["headway proxy"] - medians["fastmcp proxy"]
-    print(f"  headway proxy - fastmcp proxy: {hop * 1000:+.3f} ms")
+    for name in ("headway proxy", "headway, memory"):
+        own = medians[name] - medians["byte relay"]
+        print(f"  {name} - byte relay (headway's own share): {own * 1000:+.3f} ms")
     for name, t in inside.items():
         print(
-            f"  governance alone, in process, {name}: median {statistics.median(t) * 1000:.3f} ms"
-            f"   p90 {statistics.quantiles(t, n=10)[-1] * 1000:.3f} ms"
+            f"  decision work alone, in process, {name}: median "
+            f"{statistics.median(t) * 1000:.3f} ms   p90 {statistics.quantiles(t, n=10)[-1] * 1000:.3f} ms"
         )
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import itertools
 import json
 import os
@@ -177,6 +178,9 @@ class Relay:
         out.flush()
 
     async def serve(self) -> None:
+        # what the imports made lives as long as the process: keep the collector from
+        # walking it again and again (a full collection would add its time to a call)
+        gc.freeze()
         loop = asyncio.get_running_loop()
         stdin = asyncio.StreamReader(limit=LINE_LIMIT)
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdin), sys.stdin)
