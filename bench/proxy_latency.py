@@ -162,7 +162,7 @@ def main() -> None:
     print(f"  target: headway adds under {max(1.0, direct * 100):.3f} ms (1 ms or 10% of direct)")
     for name in ("fastmcp proxy", "byte relay", "headway proxy", "headway, memory"):
         added = medians[name] - direct
-        print(f"  {name}: +{added * 1000:.3f} ms per call, {medians[name] / direct:.2f}x direct")
+        print(f"  {name}: {added * 1000:+.3f} ms per call, {medians[name] / direct:.2f}x direct")
     for name in ("headway proxy", "headway, memory"):
         own = medians[name] - medians["byte relay"]
         print(f"  {name} - byte relay (headway's own share): {own * 1000:+.3f} ms")

@@ -210,6 +210,7 @@ class Relay:
                 if target in self._calls:  # its upstream request is cancelled under our id
                     self._calls[target].cancel()
                     return
+                self._forwarded.pop(target, None)  # the upstream may never answer it
             if rid is not None:
                 self._forwarded[rid] = method
         try:
