@@ -51,8 +51,11 @@ class Upstream:
 
     async def ensure(self) -> asyncio.subprocess.Process:
         async with self._lock:
-            if self.proc is not None and self.proc.returncode is None:
-                return self.proc
+            proc = self.proc
+            if proc is not None and proc.returncode is None and not _closed(proc):
+                return proc
+            if self._reader is not None:  # the last one's end is reported before a restart
+                await self._reader
             proc = await asyncio.create_subprocess_exec(
                 *self.command,
                 stdin=asyncio.subprocess.PIPE,
@@ -156,6 +159,11 @@ class Upstream:
         except TimeoutError:
             proc.terminate()
             await proc.wait()
+
+
+def _closed(proc: asyncio.subprocess.Process) -> bool:
+    """Its stdout ended: it exited, or is about to (its exit status may not be known yet)."""
+    return proc.stdout is None or proc.stdout.at_eof()
 
 
 class Relay:
