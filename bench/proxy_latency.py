@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import statistics
 import sys
@@ -62,9 +63,11 @@ async def measure(commands: dict[str, list[str]], calls: int, cwd: str) -> dict[
     return times
 
 
-async def governance(store: str | None, calls: int) -> list[float]:
+async def governance(store: str | None, calls: int, upstream: list[str] | None) -> list[float]:
     """Headway's own time per call in the relay's path (``govern`` and the JSON answer), the
-    upstream replaced by an answer at hand: the decision work alone, no process hop."""
+    time of the upstream call excluded. ``upstream=None``: an answer at hand (the decision
+    work alone, nothing else running); else a real JSON-RPC round trip to the upstream
+    process (the same work beside the process it waits for, as in the proxy)."""
     import headway
     from headway.audit import SQLiteAuditSink
     from headway.mcp_proxy import answer_json, govern
@@ -74,20 +77,50 @@ async def governance(store: str | None, calls: int) -> list[float]:
     else:
         gov = headway.Governor(headway.SQLiteStore(store), audit=[SQLiteAuditSink(store)])
     session = gov.session("bench")
+    rpc = await _raw_client(upstream) if upstream else None
     times: list[float] = []
     for i in range(calls + 20):
-        text = f"call {i}"
+        text, spent = f"call {i}", [0.0]
 
-        async def forward(text: str = text) -> dict[str, Any]:
-            return {"content": [{"type": "text", "text": text}], "isError": False}
+        async def forward(text: str = text, i: int = i, spent: list[float] = spent) -> Any:
+            if rpc is None:
+                return {"content": [{"type": "text", "text": text}], "isError": False}
+            start = time.perf_counter()
+            params = {"name": "echo", "arguments": {"text": text}}
+            answer = await rpc(
+                {"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": params}
+            )
+            spent[0] = time.perf_counter() - start
+            return answer["result"]
 
         start = time.perf_counter()
         out = await govern(session, "echo", {"text": text}, {}, forward)
         assert isinstance(out, headway.Outcome)
-        answer_json(out, await forward(), session.id)
-        times.append(time.perf_counter() - start)
+        answer_json(out, None, session.id)
+        times.append(time.perf_counter() - start - spent[0])
     gov.close()
     return times[20:]
+
+
+async def _raw_client(upstream: list[str]) -> Any:
+    """JSON-RPC lines to a started upstream, after the handshake: ``await rpc(message)``."""
+    proc = await asyncio.create_subprocess_exec(
+        *upstream, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
+    )
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    stdin, stdout = proc.stdin, proc.stdout
+
+    async def rpc(message: dict[str, Any]) -> Any:
+        stdin.write(json.dumps(message).encode() + b"\n")
+        await stdin.drain()
+        return json.loads(await stdout.readline()) if "id" in message else None
+
+    hello = {"protocolVersion": "2025-06-18", "capabilities": {}}
+    hello["clientInfo"] = {"name": "bench", "version": "1"}
+    await rpc({"jsonrpc": "2.0", "id": -1, "method": "initialize", "params": hello})
+    await rpc({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    return rpc
 
 
 async def byte_relay(upstream: list[str]) -> None:
@@ -149,9 +182,16 @@ def main() -> None:
             ],
         }
         times = asyncio.run(measure(paths, args.calls, tmp))
+        db = str(Path(tmp) / "g.db")
         inside = {
-            "memory store": asyncio.run(governance(None, args.calls)),
-            "SQLite store + audit": asyncio.run(governance(str(Path(tmp) / "g.db"), args.calls)),
+            "memory store": asyncio.run(governance(None, args.calls, None)),
+            "SQLite store + audit": asyncio.run(governance(db, args.calls, None)),
+            "memory store, beside the upstream": asyncio.run(
+                governance(None, args.calls, upstream)
+            ),
+            "SQLite store + audit, beside the upstream": asyncio.run(
+                governance(db, args.calls, upstream)
+            ),
         }
     medians = {name: statistics.median(t) for name, t in times.items()}
     print(f"{args.calls} calls per path, stdio, echo tool, paths taking turns (median / p90)")
@@ -168,7 +208,7 @@ def main() -> None:
         print(f"  {name} - byte relay (headway's own share): {own * 1000:+.3f} ms")
     for name, t in inside.items():
         print(
-            f"  decision work alone, in process, {name}: median "
+            f"  decision work in process, {name}: median "
             f"{statistics.median(t) * 1000:.3f} ms   p90 {statistics.quantiles(t, n=10)[-1] * 1000:.3f} ms"
         )
 
