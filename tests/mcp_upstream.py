@@ -124,6 +124,12 @@ async def unlock(ctx: Context) -> str:
     return "unlocked"
 
 
+@mcp.tool(annotations=READ_OPEN)
+def getenv(name: str) -> str:
+    """A variable of the server's environment (what the proxy passed on)."""
+    return os.environ.get(name, "<unset>")
+
+
 @mcp.tool()
 def echo(text: str) -> str:
     """No annotations (the benchmark's tool)."""

@@ -65,7 +65,7 @@ def child_env() -> dict[str, str]:
     transport passes only a few variables on by default, and a relative PYTHONPATH would
     not survive another working directory)."""
     path = [str(SRC), *filter(None, [os.environ.get("PYTHONPATH")])]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(path), "HEADWAY_TEST_SECRET": "s3"}
 
 
 def free_port() -> int:
@@ -326,6 +326,12 @@ async def test_a_tool_list_change_reaches_the_client_and_the_new_tools_annotatio
     answers = [await mcp("hidden_lookup", {"key": "h1"}) for _ in range(2)]
     assert [status(a) for a in answers] == ["executed", "cached"]  # read-only, closed world
     assert mcp.executions("hidden_lookup", key="h1") == 1
+
+
+async def test_a_stdio_upstream_gets_the_proxys_environment(mcp: Caller) -> None:
+    # a client's configuration passes the server's credentials to the proxy as "env"
+    result = await mcp("getenv", {"name": "HEADWAY_TEST_SECRET"})
+    assert text(result) == "s3"
 
 
 async def test_an_upstream_error_result_reaches_the_client_as_it_was_and_is_never_cached(

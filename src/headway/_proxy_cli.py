@@ -40,7 +40,11 @@ examples:
 
 sessions: over stdio the proxy process is one session (its id is printed on stderr);
 over HTTP each MCP session id is one session. See what a session did with
-"headway audit --store URL --session ID"."""
+"headway audit --store URL --session ID".
+
+A stdio upstream gets the proxy's whole environment (the credentials a client's
+configuration passes in "env" reach it); it is started on first use and again after it
+exits."""
 
 
 def add_parser(sub: Any) -> None:
@@ -70,7 +74,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--http",
         metavar="HOST:PORT",
-        help="serve streamable HTTP on HOST:PORT (path /mcp) instead of stdio",
+        help="serve streamable HTTP on HOST:PORT (path /mcp; Prometheus metrics at /metrics) "
+        "instead of stdio",
     )
     p.add_argument(
         "--no-metrics",
