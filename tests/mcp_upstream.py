@@ -8,6 +8,7 @@ counts what the upstream really executed, independently of the proxy.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sys
@@ -122,6 +123,14 @@ async def unlock(ctx: Context) -> str:
         mcp.add_tool(Tool.from_function(hidden_lookup, annotations=READ_CLOSED))
     await ctx.send_notification(ToolListChangedNotification())
     return "unlocked"
+
+
+@mcp.tool(annotations=READ_OPEN)
+async def stall(seconds: float) -> str:
+    """Answers after ``seconds`` (the config gives it a breaker and a fallback)."""
+    executed("stall", seconds=seconds)
+    await asyncio.sleep(seconds)
+    return "late"
 
 
 @mcp.tool(annotations=READ_OPEN)

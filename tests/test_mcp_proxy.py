@@ -56,6 +56,12 @@ effect = "write"
 [tools.hang]
 timeout = 0.5
 retry = { attempts = 1 }
+
+[tools.stall]
+timeout = 0.3
+retry = { attempts = 1 }
+breaker = { failures = 1, cooldown_s = 600 }
+fallback = "stall is unavailable"
 """
 BOUND_S = 60  # generous bounds: a hang fails the test instead of the suite
 
@@ -326,6 +332,15 @@ async def test_a_tool_list_change_reaches_the_client_and_the_new_tools_annotatio
     answers = [await mcp("hidden_lookup", {"key": "h1"}) for _ in range(2)]
     assert [status(a) for a in answers] == ["executed", "cached"]  # read-only, closed world
     assert mcp.executions("hidden_lookup", key="h1") == 1
+
+
+async def test_an_open_breaker_answers_with_the_configured_fallback(mcp: Caller) -> None:
+    timed_out = await mcp("stall", {"seconds": 3})  # the one failure that opens it
+    fallback = await mcp("stall", {"seconds": 3})
+    assert timed_out.is_error and status(timed_out) == "error"
+    assert status(fallback) == "fallback" and not fallback.is_error
+    assert "stall is unavailable" in text(fallback)
+    assert mcp.executions("stall", seconds=3.0) == 1  # the second never reached it
 
 
 async def test_a_stdio_upstream_gets_the_proxys_environment(mcp: Caller) -> None:

@@ -174,6 +174,7 @@ class Relay:
         self.session = gov.session(session_id)
         self.upstream = Upstream(command, self)
         self._annotations: dict[str, dict[str, Any]] = {}
+        self._schemas: dict[str, Any] = {}  # each tool's output schema, if it lists one
         self._forwarded: dict[Any, str] = {}  # the client's requests in flight -> method
         self._calls: dict[Any, asyncio.Task[None]] = {}  # governed tools/call in flight
         self._listed = False
@@ -251,6 +252,7 @@ class Relay:
         tools = listing.get("tools") if isinstance(listing, Mapping) else None
         for tool in tools or ():
             if isinstance(tool, Mapping) and isinstance(tool.get("name"), str):
+                self._schemas[tool["name"]] = tool.get("outputSchema")
                 annotations = tool.get("annotations")
                 declare(
                     self.gov,
@@ -299,7 +301,8 @@ class Relay:
 
             out = await govern(self.session, name, arguments, meta, forward)
             if isinstance(out, Outcome):
-                result = answer_json(out, ran[-1] if ran else None, self.session.id)
+                ran_now = ran[-1] if ran else None
+                result = answer_json(out, ran_now, self.session.id, self._schemas.get(name))
             else:
                 result = error_json(*out)
             self.to_client({"jsonrpc": "2.0", "id": rid, "result": result})

@@ -71,6 +71,7 @@ class Governance(Middleware):
         self.session_id = session_id  # stdio: one session for the whole process
         self._annotations: dict[str, dict[str, Any]] = {}
         self._raw: dict[str, bool] = {}  # tools whose structured results are not objects
+        self._schemas: dict[str, Any] = {}  # each tool's output schema, if it has one
 
     async def on_list_tools(
         self,
@@ -108,7 +109,11 @@ class Governance(Middleware):
         if upstream:
             self._raw[name] = isinstance(upstream[-1], RawStructuredToolResult)
         return answer(
-            out, upstream[-1] if upstream else None, session.id, self._raw.get(name, False)
+            out,
+            upstream[-1] if upstream else None,
+            session.id,
+            self._raw.get(name, False),
+            self._schemas.get(name),
         )
 
     def _declare(self, tool: Tool) -> None:
@@ -121,6 +126,7 @@ class Governance(Middleware):
         )
         schema = tool.output_schema
         self._raw.setdefault(tool.name, schema is not None and not is_object_schema(schema))
+        self._schemas[tool.name] = schema
         declare(self.gov, tool.name, annotations, self._annotations)
 
     def _session_of(self, context: MiddlewareContext[Any], meta: Mapping[str, Any]) -> str:
@@ -259,7 +265,9 @@ def _headway_meta(out: Outcome, session: str) -> dict[str, Any]:
     return meta
 
 
-def answer(out: Outcome, upstream: ToolResult | None, session: str, raw: bool) -> ToolResult:
+def answer(
+    out: Outcome, upstream: ToolResult | None, session: str, raw: bool, schema: Any = None
+) -> ToolResult:
     """The MCP result the client receives for an outcome. ``upstream``: the result the
     upstream gave during this call, if it ran; ``raw``: the tool's structured results are
     sent as they are (FastMCP's ``RawStructuredToolResult``, wrapped for older clients)."""
@@ -282,15 +290,19 @@ def answer(out: Outcome, upstream: ToolResult | None, session: str, raw: bool) -
             content, structured = list(stored.content), stored.structured_content
             meta, is_error = stored.meta or {}, stored.is_error
         else:  # a fallback value from the operator's configuration
-            content, structured, meta, is_error = [], None, {}, False
+            content, meta, is_error = [], {}, False
+            structured = fallback_structured(out.value, schema)
             extra = [mt.TextContent(text=out.to_model())]
         return _result([*content, *extra], structured, {**meta, "headway": headway}, is_error, raw)
     return _error(out.to_model(), headway)
 
 
-def answer_json(out: Outcome, ran: Mapping[str, Any] | None, session: str) -> dict[str, Any]:
+def answer_json(
+    out: Outcome, ran: Mapping[str, Any] | None, session: str, schema: Any = None
+) -> dict[str, Any]:
     """``answer`` on JSON (the stdio relay): the ``CallToolResult`` the client receives.
-    ``ran``: the upstream's result during this call, if it ran, as the upstream sent it."""
+    ``ran``: the upstream's result during this call, if it ran, as the upstream sent it;
+    ``schema``: the tool's output schema, if it listed one."""
     headway = _headway_meta(out, session)
     extra: list[Any] = [{"type": "text", "text": out.correction}] if out.correction else []
     error = out.error or {}
@@ -303,6 +315,9 @@ def answer_json(out: Outcome, ran: Mapping[str, Any] | None, session: str) -> di
         base = out.value  # the stored upstream result
     elif out.status in _ANSWERED:  # a fallback value from the operator's configuration
         base, extra = {"content": []}, [{"type": "text", "text": out.to_model()}]
+        structured = fallback_structured(out.value, schema)
+        if structured is not None:
+            base = {**base, "structuredContent": structured}
     else:
         return error_json(out.to_model(), headway)
     return {
@@ -311,6 +326,16 @@ def answer_json(out: Outcome, ran: Mapping[str, Any] | None, session: str) -> di
         "content": [*(base.get("content") or []), *extra],
         "_meta": {**(base.get("_meta") or {}), "headway": headway},
     }
+
+
+def fallback_structured(value: Any, schema: Any) -> Any:
+    """The structured content of a fallback for a tool with an output schema (a client
+    rejects a result without one): the value if it is an object, else wrapped as
+    ``{"result": value}``, the form FastMCP servers give a tool that returns a plain value.
+    None for a tool without an output schema."""
+    if schema is None:
+        return None
+    return dict(value) if isinstance(value, Mapping) else {"result": value}
 
 
 def error_json(text: str, headway: dict[str, Any]) -> dict[str, Any]:
