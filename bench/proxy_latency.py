@@ -43,9 +43,13 @@ ENV = {
 }
 
 
-async def measure(commands: dict[str, list[str]], calls: int, cwd: str) -> dict[str, list[float]]:
-    """Per-call times of each path; the paths take turns call by call, so that the noise of
-    a shared machine falls on all of them alike."""
+async def measure(
+    commands: dict[str, list[str]], calls: int, cwd: str
+) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """Per-call times of each path, and the CPU seconds per call of the process the client
+    talks to (the proxy; for the direct path, the upstream). The paths take turns call by
+    call, so that the noise of a shared machine falls on all of them alike; CPU time is
+    what that noise stretches, and does not depend on it as much."""
     async with contextlib.AsyncExitStack() as stack:
         clients = {}
         for name, command in commands.items():
@@ -55,25 +59,48 @@ async def measure(commands: dict[str, list[str]], calls: int, cwd: str) -> dict[
             for client in clients.values():
                 await client.call_tool("echo", {"text": f"warm {i}"})
         times: dict[str, list[float]] = {name: [] for name in clients}
+        before = cpu_seconds(commands)
         for i in range(calls):
             for name, client in clients.items():
                 start = time.perf_counter()
                 await client.call_tool("echo", {"text": f"call {i}"})
                 times[name].append(time.perf_counter() - start)
-    return times
+        after = cpu_seconds(commands)
+    cpu = {name: (after[name] - before[name]) / calls for name in after if name in before}
+    return times, cpu
+
+
+def cpu_seconds(commands: dict[str, list[str]]) -> dict[str, float]:
+    """User + system CPU seconds of this process's children, by the path that started
+    them (Linux ``/proc``; empty elsewhere)."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    found: dict[str, float] = {}
+    for children in Path(f"/proc/{os.getpid()}/task").glob("*/children"):
+        for pid in children.read_text().split():
+            try:
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # it ended meanwhile
+            for name, command in commands.items():
+                if argv[1:] == command[1:]:
+                    found[name] = (int(fields[11]) + int(fields[12])) / tick
+    return found
 
 
 async def governance(store: str | None, calls: int, upstream: list[str] | None) -> list[float]:
     """Headway's own time per call in the relay's path (``govern`` and the JSON answer), the
-    time of the upstream call excluded. ``upstream=None``: an answer at hand (the decision
+    time of the upstream call excluded. ``store``: None (memory, no audit), a ``.jsonl``
+    file (memory, that audit: the "headway, memory" path) or a SQLite file (store and
+    audit: the default path). ``upstream=None``: an answer at hand (the decision
     work alone, nothing else running); else a real JSON-RPC round trip to the upstream
     process (the same work beside the process it waits for, as in the proxy)."""
     import headway
-    from headway.audit import SQLiteAuditSink
+    from headway.audit import JSONLSink, SQLiteAuditSink
     from headway.mcp_proxy import answer_json, govern
 
-    if store is None:
-        gov = headway.Governor(audit=[])
+    if store is None or store.endswith(".jsonl"):  # the memory path's audit, as in the proxy
+        gov = headway.Governor(audit=[JSONLSink(store)] if store else [])
     else:
         gov = headway.Governor(headway.SQLiteStore(store), audit=[SQLiteAuditSink(store)])
     session = gov.session("bench")
@@ -181,13 +208,14 @@ def main() -> None:
                 *["--audit", str(Path(tmp) / "audit.jsonl"), "--", *upstream],
             ],
         }
-        times = asyncio.run(measure(paths, args.calls, tmp))
-        db = str(Path(tmp) / "g.db")
+        times, cpu = asyncio.run(measure(paths, args.calls, tmp))
+        db, trail = str(Path(tmp) / "g.db"), str(Path(tmp) / "g.jsonl")
         inside = {
-            "memory store": asyncio.run(governance(None, args.calls, None)),
+            "memory store, no audit": asyncio.run(governance(None, args.calls, None)),
+            "memory store + JSONL audit": asyncio.run(governance(trail, args.calls, None)),
             "SQLite store + audit": asyncio.run(governance(db, args.calls, None)),
-            "memory store, beside the upstream": asyncio.run(
-                governance(None, args.calls, upstream)
+            "memory store + JSONL audit, beside the upstream": asyncio.run(
+                governance(trail, args.calls, upstream)
             ),
             "SQLite store + audit, beside the upstream": asyncio.run(
                 governance(db, args.calls, upstream)
@@ -197,7 +225,11 @@ def main() -> None:
     print(f"{args.calls} calls per path, stdio, echo tool, paths taking turns (median / p90)")
     for name, t in times.items():
         p90 = statistics.quantiles(t, n=10)[-1]
-        print(f"  {name:15s} median {medians[name] * 1000:7.3f} ms   p90 {p90 * 1000:7.3f} ms")
+        used = f"   CPU {cpu[name] * 1000:6.3f} ms" if name in cpu else ""
+        print(
+            f"  {name:15s} median {medians[name] * 1000:7.3f} ms   p90 {p90 * 1000:7.3f} ms{used}"
+        )
+    print("  (CPU: per call, of the process the client talks to: the proxy, or the upstream)")
     direct = medians["direct"]
     print(f"  target: headway adds under {max(1.0, direct * 100):.3f} ms (1 ms or 10% of direct)")
     for name in ("fastmcp proxy", "byte relay", "headway proxy", "headway, memory"):
