@@ -55,12 +55,18 @@ def test_a_bad_config_is_a_clear_error_naming_file_table_and_key_before_anything
         (["--store", "ftp://x"], "unknown store URL scheme"),
     ],
 )
-def test_bad_arguments_are_a_clear_error_before_the_upstream_starts(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+def test_bad_arguments_are_a_clear_error_before_the_upstream_starts_or_a_file_is_written(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    argv: list[str],
+    message: str,
 ) -> None:
+    monkeypatch.chdir(tmp_path)  # where the default audit file would go
     assert cli.main(["proxy", *argv, *start_marker(tmp_path)]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "started").exists()
+    assert not (tmp_path / "headway.db").exists()
 
 
 def test_a_proxy_needs_an_upstream(capsys: pytest.CaptureFixture[str]) -> None:

@@ -118,13 +118,13 @@ def open_governor(
                 raise ConfigError(f"{where}: {exc}") from None
         options = dict(cfg.governor)
     url = store or options.get("store") or DEFAULT_STORE
-    trail = [_audit_sink(audit, url), *sinks]
     try:
         backend = open_store(url)
     except ConfigError:
         raise
     except Exception as exc:
         raise ConfigError(f"cannot open the store {url}: {exc}") from exc
+    trail = [_audit_sink(audit, url), *sinks]  # after the store: a bad URL leaves no file
     try:
         if config is None:
             return Governor(backend, audit=trail)
