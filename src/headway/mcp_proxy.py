@@ -1,9 +1,11 @@
 """``headway proxy``: an MCP server that governs every ``tools/call`` of the server behind it.
 
-Built on FastMCP's proxy (``create_proxy``): tools, resources, prompts, notifications,
-progress and sampling pass through it unchanged; one middleware (``Governance``) runs each
-tool call through a headway session. Each client session is a headway session: the
-proxy process over stdio, the MCP session id over streamable HTTP.
+Two transports share this module's decisions (``govern``, ``declare``, the answers): over
+HTTP on either side, FastMCP's proxy (``create_proxy``), where tools, resources, prompts,
+notifications, progress and sampling pass through unchanged and one middleware
+(``Governance``) runs each tool call through a headway session; stdio to a stdio
+upstream, the lighter JSON-RPC relay of ``_mcp_relay``. Each client session is a headway
+session: the proxy process over stdio, the MCP session id over streamable HTTP.
 
 What the client receives: EXECUTED is the upstream's result; CACHED and REPLAYED are the
 stored upstream result; CORRECTED, UNKNOWN, ERROR and a stop are tool results with
