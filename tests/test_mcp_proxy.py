@@ -3,8 +3,9 @@
 Each scenario runs twice: over stdio (the client starts ``headway proxy -- python
 tests/mcp_upstream.py``; the proxy process is one session, shared by this module's tests,
 each of which starts with a user turn) and over streamable HTTP (one proxy serves the
-module; each test is its own MCP session). The upstream logs every execution to a file,
-so the tests count what really ran.
+module; each test is its own MCP session). The two are the proxy's two forms: the stdio
+relay, and FastMCP's proxy with headway's middleware. The upstream logs every execution to
+a file, so the tests count what really ran.
 """
 
 from __future__ import annotations
