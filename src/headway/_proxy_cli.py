@@ -221,8 +221,9 @@ def run(args: argparse.Namespace) -> int:
         where += f", metrics at http://{http[0]}:{http[1]}/metrics"
     mcp_proxy.note(f"serving {where}; upstream {' '.join(command) or args.upstream}")
     try:
-        if http is None and command and session is not None:
-            # stdio to stdio: the light relay (one persistent upstream, lines passed on)
+        if http is None and command and session is not None and sys.platform != "win32":
+            # stdio to stdio: the light relay (one persistent upstream, lines passed on);
+            # not on Windows, whose event loop cannot read a pipe on stdin
             from ._mcp_relay import serve
 
             asyncio.run(serve(gov, command, session))
