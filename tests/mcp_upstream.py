@@ -133,6 +133,14 @@ async def stall(seconds: float) -> str:
     return "late"
 
 
+@mcp.tool(annotations=DESTRUCTIVE)
+async def confirm(record: str, ctx: Context) -> str:
+    """Asks the user (elicitation, a request from the server to the client) first."""
+    answer = await ctx.elicit(f"Delete {record}?", response_type=bool)
+    executed("confirm", record=record)
+    return f"{answer.action}: {getattr(answer, 'data', None)}"
+
+
 @mcp.tool(annotations=READ_OPEN)
 def getenv(name: str) -> str:
     """A variable of the server's environment (what the proxy passed on)."""

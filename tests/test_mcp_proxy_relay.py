@@ -1,7 +1,7 @@
 """The stdio relay (``headway proxy -- COMMAND`` served over stdio): what only it does.
 
-A handshake-era client (its ``initialize`` must be replayed to a restarted upstream),
-concurrent calls, an upstream that refuses a call, and an upstream that cannot start.
+A handshake-era client (its ``initialize`` must be replayed to a restarted upstream), a
+request from the upstream to the client (elicitation), concurrent calls, an upstream that refuses a call, and an upstream that cannot start.
 Real proxy processes, a real upstream, real MCP clients.
 """
 
@@ -29,7 +29,9 @@ except ImportError:
 from test_mcp_proxy import BOUND_S, UPSTREAM, child_env, status, text  # noqa: E402
 
 
-def relay_client(tmp_path: Path, *upstream: str, mode: str = "legacy") -> Client[Any]:
+def relay_client(
+    tmp_path: Path, *upstream: str, mode: str = "legacy", **options: Any
+) -> Client[Any]:
     args = ["-m", "headway.cli", "proxy", "--store", f"sqlite:///{tmp_path / 'h.db'}"]
     transport = StdioTransport(
         command=sys.executable,
@@ -38,7 +40,7 @@ def relay_client(tmp_path: Path, *upstream: str, mode: str = "legacy") -> Client
         env=child_env(),
         log_file=tmp_path / "proxy.stderr",
     )
-    return Client(transport, mode=mode, timeout=BOUND_S)
+    return Client(transport, mode=mode, timeout=BOUND_S, **options)
 
 
 def upstream(tmp_path: Path) -> list[str]:
@@ -56,6 +58,22 @@ async def test_a_restarted_upstream_meets_a_handshake_era_client_again(tmp_path:
     assert crashed.is_error and "connection closed" in text(crashed)
     assert text(after) == "value of after" and status(after) == "executed"
     assert getattr(about, "text", None) == "the upstream test server"
+
+
+async def test_a_request_from_the_upstream_to_the_client_and_its_answer_pass_through(
+    tmp_path: Path,
+) -> None:
+    asked: list[str] = []
+
+    async def elicitation(message: str, response_type: Any, params: Any, context: Any) -> Any:
+        asked.append(message)
+        return True
+
+    client = relay_client(tmp_path, *upstream(tmp_path), elicitation_handler=elicitation)
+    async with client:
+        result = await client.call_tool("confirm", {"record": "r9"})
+    assert asked == ["Delete r9?"]
+    assert text(result) == "accept: True" and status(result) == "executed"
 
 
 async def test_concurrent_calls_each_get_their_own_answer(tmp_path: Path) -> None:
