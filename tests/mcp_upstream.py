@@ -14,10 +14,17 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from fastmcp import Context, FastMCP
 from fastmcp.tools import Tool
-from mcp_types import ToolAnnotations, ToolListChangedNotification
+from mcp_types import (
+    ElicitRequest,
+    ElicitRequestFormParams,
+    InputRequiredResult,
+    ToolAnnotations,
+    ToolListChangedNotification,
+)
 
 LOG = Path(sys.argv[1])
 mcp = FastMCP("upstream")
@@ -139,6 +146,19 @@ async def confirm(record: str, ctx: Context) -> str:
     answer = await ctx.elicit(f"Delete {record}?", response_type=bool)
     executed("confirm", record=record)
     return f"{answer.action}: {getattr(answer, 'data', None)}"
+
+
+@mcp.tool(annotations=READ_CLOSED, output_schema=None)
+async def ask(topic: str, ctx: Context) -> Any:
+    """A read that asks the user first (2026-07-28: the ask is its result, the client
+    answers in a second round of the same call)."""
+    responses = ctx.input_responses
+    if not responses:
+        form = {"type": "object", "properties": {"ok": {"type": "boolean"}}}
+        params = ElicitRequestFormParams(message=f"More about {topic}?", requested_schema=form)
+        return InputRequiredResult(input_requests={"ok": ElicitRequest(params=params)})
+    executed("ask", topic=topic)
+    return f"{topic}: {getattr(responses['ok'], 'action', '?')}"
 
 
 @mcp.tool(annotations=READ_OPEN)

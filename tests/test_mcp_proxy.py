@@ -126,7 +126,7 @@ async def note_message(message: Any) -> None:
     NOTES.append(type(getattr(message, "root", message)).__name__)
 
 
-def stdio_client(work: Path, *upstream: str) -> Client[Any]:
+def stdio_client(work: Path, *upstream: str, **options: Any) -> Client[Any]:
     command = proxy_command(work, *upstream)
     transport = StdioTransport(
         command=command[0],
@@ -135,7 +135,8 @@ def stdio_client(work: Path, *upstream: str) -> Client[Any]:
         env=child_env(),
         log_file=work / "proxy.stderr",
     )
-    return Client(transport, timeout=BOUND_S, message_handler=note_message)
+    options.setdefault("message_handler", note_message)
+    return Client(transport, timeout=BOUND_S, **options)
 
 
 @dataclass
@@ -348,6 +349,28 @@ async def test_a_stdio_upstream_gets_the_proxys_environment(mcp: Caller) -> None
     # a client's configuration passes the server's credentials to the proxy as "env"
     result = await mcp("getenv", {"name": "HEADWAY_TEST_SECRET"})
     assert text(result) == "s3"
+
+
+async def test_a_round_that_asks_the_client_for_input_is_never_served_from_the_cache(
+    proxy: Proxy,
+) -> None:
+    asked: list[str] = []
+
+    async def elicitation(message: str, response_type: Any, params: Any, context: Any) -> Any:
+        asked.append(message)
+        return {"ok": True}
+
+    if proxy.kind == "stdio":  # a 2026-07-28 client: the ask is a result, the answer a round
+        upstream = ["--", sys.executable, str(UPSTREAM), str(proxy.log)]
+        client = stdio_client(proxy.work, *upstream, elicitation_handler=elicitation)
+    else:
+        client = Client(proxy.url, timeout=BOUND_S, elicitation_handler=elicitation)
+    async with client:
+        first = await client.call_tool("ask", {"topic": f"t-{proxy.kind}"})
+        again = await client.call_tool("ask", {"topic": f"t-{proxy.kind}"})
+    assert text(first) == f"t-{proxy.kind}: accept" and status(first) == "executed"
+    assert text(again) == text(first) and status(again) == "cached"
+    assert asked == [f"More about t-{proxy.kind}?"]
 
 
 async def test_an_upstream_error_result_reaches_the_client_as_it_was_and_is_never_cached(

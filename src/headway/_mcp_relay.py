@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ._session import Governor
-from .mcp_proxy import answer_json, declare, error_json, govern
+from .mcp_proxy import answer_json, declare, error_json, govern, is_ask, not_final
 from .outcome import Outcome
 
 LINE_LIMIT = 2**26  # asyncio's default (64 KiB) is smaller than many tool results
@@ -297,7 +297,7 @@ class Relay:
                     error = answer["error"] or {}
                     raise UpstreamRefusedError(f"{error.get('message')} (code {error.get('code')})")
                 ran.append(answer.get("result") or {})
-                return ran[-1]
+                return not_final(ran[-1]) if is_ask(ran[-1]) else ran[-1]
 
             out = await govern(self.session, name, arguments, meta, forward)
             if isinstance(out, Outcome):

@@ -28,6 +28,7 @@ import mcp_types as mt
 from fastmcp import FastMCP
 from fastmcp.server import create_proxy
 from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
+from fastmcp.tools.base import InputRequiredToolResult as InputRequired
 from fastmcp.tools.base import RawStructuredToolResult, Tool, ToolResult
 from fastmcp.utilities.json_schema import is_object_schema
 from mcp.shared.exceptions import MCPError
@@ -103,7 +104,9 @@ class Governance(Middleware):
         async def forward() -> dict[str, Any]:
             result = await call_next(context)
             upstream.append(result)
-            return to_json(result)
+            return (
+                not_final(to_json(result)) if isinstance(result, InputRequired) else to_json(result)
+            )
 
         out = await govern(session, name, params.arguments or {}, meta, forward)
         if not isinstance(out, Outcome):
@@ -186,6 +189,18 @@ async def govern(
         )
     except HeadwayError as exc:  # arguments that cannot be keyed, a reused key
         return f"headway refused this call: {exc}", {"status": "refused", "session": session.id}
+
+
+def not_final(result: dict[str, Any]) -> dict[str, Any]:
+    """What headway judges of a round that asks the client for input (2026-07-28, an
+    ``InputRequiredResult``): not a result, so never cached or replayed (the client's
+    next round of the same call, with its answers, must reach the upstream); the client
+    still receives the ask as the upstream sent it."""
+    return {**result, "isError": True}
+
+
+def is_ask(result: Mapping[str, Any]) -> bool:
+    return result.get("resultType") == "input_required"
 
 
 def declare(
