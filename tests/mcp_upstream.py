@@ -8,14 +8,23 @@ counts what the upstream really executed, independently of the proxy.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
-from fastmcp import FastMCP
-from mcp_types import ToolAnnotations
+from fastmcp import Context, FastMCP
+from fastmcp.tools import Tool
+from mcp_types import (
+    ElicitRequest,
+    ElicitRequestFormParams,
+    InputRequiredResult,
+    ToolAnnotations,
+    ToolListChangedNotification,
+)
 
 LOG = Path(sys.argv[1])
 mcp = FastMCP("upstream")
@@ -96,6 +105,66 @@ def hang(seconds: float) -> str:
     executed("hang", seconds=seconds)
     time.sleep(seconds)
     return "late"
+
+
+@mcp.tool(annotations=READ_OPEN)
+async def count(n: int, ctx: Context) -> str:
+    """Reports its progress n times, then answers."""
+    executed("count", n=n)
+    for i in range(n):
+        await ctx.report_progress(i + 1, n, f"step {i + 1}")
+    return f"counted to {n}"
+
+
+def hidden_lookup(key: str) -> str:
+    """A read-only, closed-world lookup that only exists after ``unlock``."""
+    executed("hidden_lookup", key=key)
+    return f"hidden value of {key}"
+
+
+@mcp.tool(annotations=DESTRUCTIVE)
+async def unlock(ctx: Context) -> str:
+    """Adds ``hidden_lookup`` to the tool list and says so (tools/list_changed)."""
+    executed("unlock")
+    if await mcp.get_tool("hidden_lookup") is None:
+        mcp.add_tool(Tool.from_function(hidden_lookup, annotations=READ_CLOSED))
+    await ctx.send_notification(ToolListChangedNotification())
+    return "unlocked"
+
+
+@mcp.tool(annotations=READ_OPEN)
+async def stall(seconds: float) -> str:
+    """Answers after ``seconds`` (the config gives it a breaker and a fallback)."""
+    executed("stall", seconds=seconds)
+    await asyncio.sleep(seconds)
+    return "late"
+
+
+@mcp.tool(annotations=DESTRUCTIVE)
+async def confirm(record: str, ctx: Context) -> str:
+    """Asks the user (elicitation, a request from the server to the client) first."""
+    answer = await ctx.elicit(f"Delete {record}?", response_type=bool)
+    executed("confirm", record=record)
+    return f"{answer.action}: {getattr(answer, 'data', None)}"
+
+
+@mcp.tool(annotations=READ_CLOSED, output_schema=None)
+async def ask(topic: str, ctx: Context) -> Any:
+    """A read that asks the user first (2026-07-28: the ask is its result, the client
+    answers in a second round of the same call)."""
+    responses = ctx.input_responses
+    if not responses:
+        form = {"type": "object", "properties": {"ok": {"type": "boolean"}}}
+        params = ElicitRequestFormParams(message=f"More about {topic}?", requested_schema=form)
+        return InputRequiredResult(input_requests={"ok": ElicitRequest(params=params)})
+    executed("ask", topic=topic)
+    return f"{topic}: {getattr(responses['ok'], 'action', '?')}"
+
+
+@mcp.tool(annotations=READ_OPEN)
+def getenv(name: str) -> str:
+    """A variable of the server's environment (what the proxy passed on)."""
+    return os.environ.get(name, "<unset>")
 
 
 @mcp.tool()

@@ -3,8 +3,9 @@
 Each scenario runs twice: over stdio (the client starts ``headway proxy -- python
 tests/mcp_upstream.py``; the proxy process is one session, shared by this module's tests,
 each of which starts with a user turn) and over streamable HTTP (one proxy serves the
-module; each test is its own MCP session). The upstream logs every execution to a file,
-so the tests count what really ran.
+module; each test is its own MCP session). The two are the proxy's two forms: the stdio
+relay, and FastMCP's proxy with headway's middleware. The upstream logs every execution to
+a file, so the tests count what really ran.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ except ImportError:
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 UPSTREAM = Path(__file__).with_name("mcp_upstream.py")
+SRC = Path(__file__).resolve().parents[1] / "src"
 CONFIG = """
 [tools.quote]
 ttl = 1.0
@@ -55,8 +57,22 @@ effect = "write"
 [tools.hang]
 timeout = 0.5
 retry = { attempts = 1 }
+
+[tools.stall]
+timeout = 0.3
+retry = { attempts = 1 }
+breaker = { failures = 1, cooldown_s = 600 }
+fallback = "stall is unavailable"
 """
 BOUND_S = 60  # generous bounds: a hang fails the test instead of the suite
+
+
+def child_env() -> dict[str, str]:
+    """A proxy subprocess's environment: this checkout's sources first (an MCP stdio
+    transport passes only a few variables on by default, and a relative PYTHONPATH would
+    not survive another working directory)."""
+    path = [str(SRC), *filter(None, [os.environ.get("PYTHONPATH")])]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(path), "HEADWAY_TEST_SECRET": "s3"}
 
 
 def free_port() -> int:
@@ -80,7 +96,9 @@ def wait_for_port(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
 def background(args: list[str], cwd: Path, port: int, name: str) -> Iterator[None]:
     log = cwd / f"{name}.stderr"
     with log.open("wb") as err:
-        proc = subprocess.Popen(args, cwd=cwd, stdout=subprocess.DEVNULL, stderr=err)
+        proc = subprocess.Popen(
+            args, cwd=cwd, stdout=subprocess.DEVNULL, stderr=err, env=child_env()
+        )
     try:
         wait_for_port(port, proc, log)
         yield
@@ -101,12 +119,24 @@ def proxy_command(work: Path, *upstream: str, http: int | None = None) -> list[s
     return [*args, *upstream]
 
 
-def stdio_client(work: Path, *upstream: str) -> Client[Any]:
+NOTES: list[str] = []  # the kinds of the server messages the tests' clients received
+
+
+async def note_message(message: Any) -> None:
+    NOTES.append(type(getattr(message, "root", message)).__name__)
+
+
+def stdio_client(work: Path, *upstream: str, **options: Any) -> Client[Any]:
     command = proxy_command(work, *upstream)
     transport = StdioTransport(
-        command=command[0], args=command[1:], cwd=str(work), log_file=work / "proxy.stderr"
+        command=command[0],
+        args=command[1:],
+        cwd=str(work),
+        env=child_env(),
+        log_file=work / "proxy.stderr",
     )
-    return Client(transport, timeout=BOUND_S)
+    options.setdefault("message_handler", note_message)
+    return Client(transport, timeout=BOUND_S, **options)
 
 
 @dataclass
@@ -125,7 +155,9 @@ class Proxy:
         if self.shared is not None:
             yield self.shared
         else:  # a handshake-era client: the MCP session id is its headway session
-            async with Client(self.url, mode="legacy", timeout=BOUND_S) as client:
+            async with Client(
+                self.url, mode="legacy", timeout=BOUND_S, message_handler=note_message
+            ) as client:
                 yield client
 
 
@@ -153,6 +185,7 @@ class Caller:
     log: Path
     turn: bool = True
     sessions: set[str] = field(default_factory=set)
+    notes: list[str] = field(default_factory=lambda: NOTES)
 
     async def __call__(self, tool: str, args: dict[str, Any], **meta: Any) -> Any:
         if self.turn:
@@ -275,6 +308,69 @@ async def test_resources_templates_and_prompts_pass_through_unchanged(mcp: Calle
     tools = {t.name: t for t in await client.list_tools()}
     assert tools["lookup"].annotations is not None
     assert tools["lookup"].annotations.read_only_hint is True  # annotations reach the client
+
+
+async def test_progress_notifications_of_a_governed_call_reach_the_client(mcp: Caller) -> None:
+    seen: list[tuple[float, float | None, str | None]] = []
+
+    async def progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, total, message))
+
+    result = await mcp.client.call_tool("count", {"n": 3}, progress_handler=progress)
+    assert text(result) == "counted to 3" and status(result) == "executed"
+    assert seen == [(1, 3, "step 1"), (2, 3, "step 2"), (3, 3, "step 3")]
+
+
+async def test_a_tool_list_change_reaches_the_client_and_the_new_tools_annotations_govern(
+    mcp: Caller,
+) -> None:
+    before = {t.name for t in await mcp.client.list_tools()}
+    await mcp("unlock", {})
+    async with asyncio.timeout(BOUND_S):
+        while "ToolListChangedNotification" not in mcp.notes:
+            await asyncio.sleep(0.01)
+    after = {t.name for t in await mcp.client.list_tools()}
+    assert "hidden_lookup" not in before and "hidden_lookup" in after
+    answers = [await mcp("hidden_lookup", {"key": "h1"}) for _ in range(2)]
+    assert [status(a) for a in answers] == ["executed", "cached"]  # read-only, closed world
+    assert mcp.executions("hidden_lookup", key="h1") == 1
+
+
+async def test_an_open_breaker_answers_with_the_configured_fallback(mcp: Caller) -> None:
+    timed_out = await mcp("stall", {"seconds": 3})  # the one failure that opens it
+    fallback = await mcp("stall", {"seconds": 3})
+    assert timed_out.is_error and status(timed_out) == "error"
+    assert status(fallback) == "fallback" and not fallback.is_error
+    assert "stall is unavailable" in text(fallback)
+    assert mcp.executions("stall", seconds=3.0) == 1  # the second never reached it
+
+
+async def test_a_stdio_upstream_gets_the_proxys_environment(mcp: Caller) -> None:
+    # a client's configuration passes the server's credentials to the proxy as "env"
+    result = await mcp("getenv", {"name": "HEADWAY_TEST_SECRET"})
+    assert text(result) == "s3"
+
+
+async def test_a_round_that_asks_the_client_for_input_is_never_served_from_the_cache(
+    proxy: Proxy,
+) -> None:
+    asked: list[str] = []
+
+    async def elicitation(message: str, response_type: Any, params: Any, context: Any) -> Any:
+        asked.append(message)
+        return {"ok": True}
+
+    if proxy.kind == "stdio":  # a 2026-07-28 client: the ask is a result, the answer a round
+        upstream = ["--", sys.executable, str(UPSTREAM), str(proxy.log)]
+        client = stdio_client(proxy.work, *upstream, elicitation_handler=elicitation)
+    else:
+        client = Client(proxy.url, timeout=BOUND_S, elicitation_handler=elicitation)
+    async with client:
+        first = await client.call_tool("ask", {"topic": f"t-{proxy.kind}"})
+        again = await client.call_tool("ask", {"topic": f"t-{proxy.kind}"})
+    assert text(first) == f"t-{proxy.kind}: accept" and status(first) == "executed"
+    assert text(again) == text(first) and status(again) == "cached"
+    assert asked == [f"More about t-{proxy.kind}?"]
 
 
 async def test_an_upstream_error_result_reaches_the_client_as_it_was_and_is_never_cached(

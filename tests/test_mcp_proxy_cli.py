@@ -55,12 +55,18 @@ def test_a_bad_config_is_a_clear_error_naming_file_table_and_key_before_anything
         (["--store", "ftp://x"], "unknown store URL scheme"),
     ],
 )
-def test_bad_arguments_are_a_clear_error_before_the_upstream_starts(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+def test_bad_arguments_are_a_clear_error_before_the_upstream_starts_or_a_file_is_written(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    argv: list[str],
+    message: str,
 ) -> None:
+    monkeypatch.chdir(tmp_path)  # where the default audit file would go
     assert cli.main(["proxy", *argv, *start_marker(tmp_path)]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "started").exists()
+    assert not (tmp_path / "headway.db").exists()
 
 
 def test_a_proxy_needs_an_upstream(capsys: pytest.CaptureFixture[str]) -> None:
@@ -113,14 +119,16 @@ async def test_an_http_upstream_is_governed_and_its_death_is_a_clear_tool_error(
 ) -> None:
     import asyncio
 
-    from test_mcp_proxy import BOUND_S, UPSTREAM, background, free_port, status, text
+    from test_mcp_proxy import BOUND_S, UPSTREAM, background, child_env, free_port, status, text
 
     port = free_port()
     log = tmp_path / "upstream.log"
     upstream = [sys.executable, str(UPSTREAM), str(log), "--http", str(port)]
     args = ["-m", "headway.cli", "proxy", "--store", f"sqlite:///{tmp_path / 'h.db'}"]
     args += ["--upstream", f"http://127.0.0.1:{port}/mcp"]
-    transport = StdioTransport(command=sys.executable, args=args, cwd=str(tmp_path))
+    transport = StdioTransport(
+        command=sys.executable, args=args, cwd=str(tmp_path), env=child_env()
+    )
     results: list[Any] = []
     async with Client(transport, timeout=BOUND_S) as client:
         with background(upstream, tmp_path, port, "upstream"):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from ._session import Governor
@@ -39,7 +40,11 @@ examples:
 
 sessions: over stdio the proxy process is one session (its id is printed on stderr);
 over HTTP each MCP session id is one session. See what a session did with
-"headway audit --store URL --session ID"."""
+"headway audit --store URL --session ID".
+
+A stdio upstream gets the proxy's whole environment (the credentials a client's
+configuration passes in "env" reach it); it is started on first use and again after it
+exits."""
 
 
 def add_parser(sub: Any) -> None:
@@ -69,7 +74,14 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--http",
         metavar="HOST:PORT",
-        help="serve streamable HTTP on HOST:PORT (path /mcp) instead of stdio",
+        help="serve streamable HTTP on HOST:PORT (path /mcp; Prometheus metrics at /metrics) "
+        "instead of stdio",
+    )
+    p.add_argument(
+        "--no-metrics",
+        action="store_true",
+        help="with --http, do not serve Prometheus metrics at /metrics (served by default "
+        "when prometheus-client is installed: pip install 'headway[prometheus]')",
     )
     p.add_argument(
         "--upstream",
@@ -84,8 +96,14 @@ def add_parser(sub: Any) -> None:
     )
 
 
-def open_governor(config: str | None, store: str | None, audit: str | None) -> Governor:
-    """The governor the proxy runs with; ConfigError names the file, table and key."""
+def open_governor(
+    config: str | None,
+    store: str | None,
+    audit: str | None,
+    sinks: Sequence[AuditSink] = (),
+) -> Governor:
+    """The governor the proxy runs with (``sinks``: more audit sinks, such as the
+    Prometheus metrics); ConfigError names the file, table and key."""
     options: dict[str, Any] = {}
     if config is not None:
         cfg = load_config(config)
@@ -100,17 +118,17 @@ def open_governor(config: str | None, store: str | None, audit: str | None) -> G
                 raise ConfigError(f"{where}: {exc}") from None
         options = dict(cfg.governor)
     url = store or options.get("store") or DEFAULT_STORE
-    sink = _audit_sink(audit, url)
     try:
         backend = open_store(url)
     except ConfigError:
         raise
     except Exception as exc:
         raise ConfigError(f"cannot open the store {url}: {exc}") from exc
+    trail = [_audit_sink(audit, url), *sinks]  # after the store: a bad URL leaves no file
     try:
         if config is None:
-            return Governor(backend, audit=[sink])
-        return Governor.from_config(config, store=backend, audit=[sink])
+            return Governor(backend, audit=trail)
+        return Governor.from_config(config, store=backend, audit=trail)
     except (ConfigError, TypeError, ValueError) as exc:
         backend.close()
         raise ConfigError(f"{config} [governor]: {exc}") from None
@@ -162,6 +180,23 @@ def _host_port(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def _metrics() -> tuple[Any, list[AuditSink]]:
+    """A registry of the proxy's own (only headway's metrics at /metrics, not the
+    process's default collectors) and the sink that feeds it; none without the extra."""
+    try:
+        from prometheus_client import CollectorRegistry
+    except ImportError:
+        print(
+            "headway proxy: no metrics at /metrics: pip install 'headway[prometheus]'",
+            file=sys.stderr,
+        )
+        return None, []
+    from .telemetry import PrometheusSink
+
+    registry = CollectorRegistry()
+    return registry, [PrometheusSink(registry=registry)]
+
+
 def run(args: argparse.Namespace) -> int:
     command = list(args.upstream_command)
     if command[:1] == ["--"]:
@@ -170,7 +205,8 @@ def run(args: argparse.Namespace) -> int:
         if bool(command) == bool(args.upstream):
             raise ConfigError("give the upstream as -- COMMAND [ARGS...] or as --upstream URL")
         http = _host_port(args.http) if args.http else None
-        gov = open_governor(args.config, args.store, args.audit)
+        registry, sinks = _metrics() if http and not args.no_metrics else (None, [])
+        gov = open_governor(args.config, args.store, args.audit, sinks)
     except ConfigError as exc:
         print(f"headway proxy: {exc}", file=sys.stderr)
         return 2
@@ -180,10 +216,21 @@ def run(args: argparse.Namespace) -> int:
     from . import mcp_proxy
 
     session = None if http else mcp_proxy.new_stdio_session()
-    server = mcp_proxy.build(gov, command or args.upstream, session_id=session)
     where = f"http://{http[0]}:{http[1]}/mcp" if http else f"stdio, session {session}"
+    if http and registry is not None:
+        where += f", metrics at http://{http[0]}:{http[1]}/metrics"
     mcp_proxy.note(f"serving {where}; upstream {' '.join(command) or args.upstream}")
     try:
+        if http is None and command and session is not None and sys.platform != "win32":
+            # stdio to stdio: the light relay (one persistent upstream, lines passed on);
+            # not on Windows, whose event loop cannot read a pipe on stdin
+            from ._mcp_relay import serve
+
+            asyncio.run(serve(gov, command, session))
+            return 0
+        server = mcp_proxy.build(
+            gov, command or args.upstream, session_id=session, metrics=registry
+        )
         if http is None:
             asyncio.run(server.run_async("stdio", show_banner=False, log_level="WARNING"))
         else:

@@ -1,0 +1,329 @@
+"""``headway proxy -- COMMAND`` over stdio: a JSON-RPC relay to one persistent upstream.
+
+Every line passes through unchanged, both ways (resources, prompts, ``tools/list`` and its
+changes, progress, logging, sampling, elicitation, pings, cancellations), except a client's
+``tools/call``: headway governs it, and when it runs it goes upstream under an id of the
+relay's own (``headway-N``), so a retry or a late answer never reaches the client twice.
+Answers to ``tools/list`` are read on their way for the tools' annotations.
+
+Why not FastMCP's proxy here: it is an MCP server and an MCP client in one process, each
+request parsed into models, dispatched through middleware, sent through a client context
+and serialised again, which costs about as much as the direct call itself. The relay
+parses a line once. The upstream is started on first use, and again after it exits (the
+client's ``initialize`` is replayed to it); requests in flight when it dies are answered
+with an error at once, never left to hang.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import itertools
+import json
+import os
+import sys
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ._session import Governor
+from .mcp_proxy import answer_json, declare, error_json, govern, is_ask, not_final
+from .outcome import Outcome
+
+LINE_LIMIT = 2**26  # asyncio's default (64 KiB) is smaller than many tool results
+_ID = f"headway-{uuid.uuid4().hex[:8]}-"  # the relay's own request ids
+
+
+class Upstream:
+    """One upstream process over stdio: started on first use and again after it exits."""
+
+    def __init__(self, command: Sequence[str], relay: Relay) -> None:
+        self.command = list(command)
+        self.relay = relay
+        self.proc: asyncio.subprocess.Process | None = None
+        # the relay's requests in flight: the process they went to, and their answer
+        self.pending: dict[str, tuple[Any, asyncio.Future[dict[str, Any]]]] = {}
+        self.handshake: list[dict[str, Any]] = []  # the client's initialize, to replay
+        self._ids = itertools.count()
+        self._lock = asyncio.Lock()
+        self._reader: asyncio.Task[None] | None = None
+
+    async def ensure(self) -> asyncio.subprocess.Process:
+        async with self._lock:
+            proc = self.proc
+            if proc is not None and proc.returncode is None and not _closed(proc):
+                return proc
+            if self._reader is not None:  # the last one's end is reported before a restart
+                await self._reader
+            proc = await asyncio.create_subprocess_exec(
+                *self.command,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                env=dict(os.environ),  # the upstream's credentials come through the proxy
+                limit=LINE_LIMIT,
+            )
+            self.proc = proc
+            self._reader = asyncio.create_task(self._read(proc))
+            for message in self.handshake:  # a restart: the upstream meets the client again
+                if "id" in message:
+                    await self._request(proc, message["method"], message.get("params"))
+                else:
+                    await self._write(proc, message)
+            return proc
+
+    async def send(self, line: bytes) -> None:
+        """Forward a client's line as it is."""
+        proc = await self.ensure()
+        await self._write(proc, line)
+
+    async def request(self, method: str, params: Any) -> dict[str, Any]:
+        """A request of the relay's own; the upstream's JSON-RPC answer."""
+        return await self._request(await self.ensure(), method, params)
+
+    async def _request(
+        self, proc: asyncio.subprocess.Process, method: str, params: Any
+    ) -> dict[str, Any]:
+        rid = f"{_ID}{next(self._ids)}"
+        done: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self.pending[rid] = (proc, done)
+        try:
+            message = {"jsonrpc": "2.0", "id": rid, "method": method}
+            await self._write(proc, message if params is None else {**message, "params": params})
+            return await done
+        except asyncio.CancelledError:  # a timeout, or the client cancelled
+            if proc.returncode is None:
+                cancelled = {"requestId": rid, "reason": "cancelled by headway proxy"}
+                with contextlib.suppress(ConnectionError):
+                    note = {"method": "notifications/cancelled", "params": cancelled}
+                    await self._write(proc, {"jsonrpc": "2.0", **note})
+            raise
+        finally:
+            self.pending.pop(rid, None)
+
+    async def _write(self, proc: asyncio.subprocess.Process, message: bytes | Any) -> None:
+        data = message if isinstance(message, bytes) else json.dumps(message).encode() + b"\n"
+        stdin = proc.stdin
+        if stdin is None or proc.returncode is not None:
+            raise ConnectionError(f"connection closed: {self._exited(proc)}")
+        try:
+            stdin.write(data)
+            await stdin.drain()
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            raise ConnectionError(f"connection closed: {self._exited(proc)}") from exc
+
+    async def _read(self, proc: asyncio.subprocess.Process) -> None:
+        assert proc.stdout is not None
+        try:
+            while line := await proc.stdout.readline():
+                self._received(line)
+        except (ValueError, asyncio.LimitOverrunError, ConnectionError):
+            pass  # a line past LINE_LIMIT, or the pipe broke: the upstream is unusable
+        with contextlib.suppress(TimeoutError):  # its exit status, for the message
+            await asyncio.wait_for(proc.wait(), 1)
+        if proc.returncode is None:  # its stdout is gone but it lives on: end it
+            proc.kill()
+            await proc.wait()
+        reason = f"connection closed: {self._exited(proc)}"
+        for sent_to, done in self.pending.values():
+            if sent_to is proc and not done.done():
+                done.set_exception(ConnectionError(reason))
+        self.relay.upstream_closed(reason)
+
+    def _received(self, line: bytes) -> None:
+        try:
+            message = json.loads(line)
+        except ValueError:
+            message = None
+        rid = message.get("id") if isinstance(message, dict) else None
+        if "method" not in (message or {}) and isinstance(rid, str) and rid.startswith(_ID):
+            _, done = self.pending.get(rid, (None, None))
+            if done is not None and not done.done():
+                done.set_result(message)
+            return  # an answer to the relay (or a late one, after a timeout): not forwarded
+        self.relay.from_upstream(line, message)
+
+    @staticmethod
+    def _exited(proc: asyncio.subprocess.Process) -> str:
+        code = proc.returncode
+        return "the upstream exited" + (f" with status {code}" if code is not None else "")
+
+    async def close(self) -> None:
+        proc = self.proc
+        if proc is None or proc.returncode is not None:
+            return
+        if proc.stdin is not None:
+            proc.stdin.close()
+        try:
+            await asyncio.wait_for(proc.wait(), 2)
+        except TimeoutError:
+            proc.terminate()
+            await proc.wait()
+
+
+def _closed(proc: asyncio.subprocess.Process) -> bool:
+    """Its stdout ended: it exited, or is about to (its exit status may not be known yet)."""
+    return proc.stdout is None or proc.stdout.at_eof()
+
+
+class Relay:
+    """Between the client (this process's stdin and stdout) and the upstream."""
+
+    def __init__(self, gov: Governor, command: Sequence[str], session_id: str) -> None:
+        self.gov = gov
+        self.session = gov.session(session_id)
+        self.upstream = Upstream(command, self)
+        self._annotations: dict[str, dict[str, Any]] = {}
+        self._schemas: dict[str, Any] = {}  # each tool's output schema, if it lists one
+        self._forwarded: dict[Any, str] = {}  # the client's requests in flight -> method
+        self._calls: dict[Any, asyncio.Task[None]] = {}  # governed tools/call in flight
+        self._listed = False
+
+    def to_client(self, message: bytes | Mapping[str, Any]) -> None:
+        # a blocking write: the client reads its pipe, and an asyncio pipe transport
+        # would refuse a stdout redirected to a file
+        out = sys.stdout.buffer
+        out.write(message if isinstance(message, bytes) else json.dumps(message).encode() + b"\n")
+        out.flush()
+
+    async def serve(self) -> None:
+        # what the imports made lives as long as the process: keep the collector from
+        # walking it again and again (a full collection would add its time to a call)
+        gc.freeze()
+        loop = asyncio.get_running_loop()
+        stdin = asyncio.StreamReader(limit=LINE_LIMIT)
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdin), sys.stdin)
+        try:
+            while line := await stdin.readline():
+                if line.strip():
+                    await self.from_client(line)
+        finally:
+            for task in self._calls.values():
+                task.cancel()
+            await self.upstream.close()
+
+    async def from_client(self, line: bytes) -> None:
+        try:
+            message = json.loads(line)
+        except ValueError:
+            message = None
+        if isinstance(message, dict) and isinstance(message.get("method"), str):
+            method, rid = message["method"], message.get("id")
+            if method == "tools/call" and rid is not None:
+                task = asyncio.create_task(self._tool_call(rid, message.get("params") or {}))
+                self._calls[rid] = task
+                task.add_done_callback(lambda _: self._calls.pop(rid, None))
+                return
+            if method == "notifications/cancelled":
+                target = (message.get("params") or {}).get("requestId")
+                if target in self._calls:  # its upstream request is cancelled under our id
+                    self._calls[target].cancel()
+                    return
+                self._forwarded.pop(target, None)  # the upstream may never answer it
+            if rid is not None:
+                self._forwarded[rid] = method
+        try:
+            await self.upstream.send(line)
+        except (OSError, ConnectionError) as exc:  # cannot start it, or it died on the way
+            if isinstance(message, dict) and message.get("id") is not None:
+                self._forwarded.pop(message["id"], None)
+                self.to_client(_rpc_error(message["id"], f"{exc}"))
+            return
+        if isinstance(message, dict) and message.get("method") in _HANDSHAKE:
+            self.upstream.handshake.append(message)  # after it went: replayed on a restart
+
+    def from_upstream(self, line: bytes, message: Any) -> None:
+        if isinstance(message, dict) and "method" not in message and "id" in message:
+            method = self._forwarded.pop(message["id"], None)
+            if method == "tools/list":
+                self._declare(message.get("result"))
+        elif isinstance(message, dict) and message.get("method") == _LIST_CHANGED:
+            self._listed = False  # a tool not yet declared is looked up again
+        self.to_client(line)
+
+    def upstream_closed(self, reason: str) -> None:
+        """The client's requests in flight get an error now (governed calls get theirs
+        from headway, as a tool result)."""
+        forwarded, self._forwarded = self._forwarded, {}
+        for rid in forwarded:
+            self.to_client(_rpc_error(rid, f"the upstream MCP server crashed ({reason})"))
+
+    def _declare(self, listing: Any) -> None:
+        tools = listing.get("tools") if isinstance(listing, Mapping) else None
+        for tool in tools or ():
+            if isinstance(tool, Mapping) and isinstance(tool.get("name"), str):
+                self._schemas[tool["name"]] = tool.get("outputSchema")
+                annotations = tool.get("annotations")
+                declare(
+                    self.gov,
+                    tool["name"],
+                    dict(annotations) if isinstance(annotations, Mapping) else {},
+                    self._annotations,
+                )
+        self._listed = True
+
+    async def _list_tools(self, meta: Mapping[str, Any]) -> None:
+        """The annotations of a client that calls a tool before it lists any. ``meta``:
+        the protocol fields of the client's request (a 2026-07-28 request carries its
+        version and capabilities in each request's ``_meta``)."""
+        cursor = None
+        era = {k: v for k, v in meta.items() if k.startswith("io.modelcontextprotocol/")}
+        while True:
+            params: dict[str, Any] = {"_meta": era} if era else {}
+            answer = await self.upstream.request(
+                "tools/list", {**params, "cursor": cursor} if cursor else params
+            )
+            result = answer.get("result") or {}
+            self._declare(result)
+            cursor = result.get("nextCursor")
+            if not cursor:
+                return
+
+    async def _tool_call(self, rid: Any, params: Mapping[str, Any]) -> None:
+        try:
+            name, arguments = params.get("name"), params.get("arguments") or {}
+            if not isinstance(name, str) or not isinstance(arguments, Mapping):
+                self.to_client(_rpc_error(rid, "tools/call needs a name and object arguments"))
+                return
+            meta = params.get("_meta") or {}
+            if self.gov.spec(name) is None and not self._listed:
+                with contextlib.suppress(OSError, ConnectionError, asyncio.TimeoutError):
+                    await asyncio.wait_for(self._list_tools(meta), 30)
+            ran: list[dict[str, Any]] = []
+
+            async def forward() -> dict[str, Any]:
+                answer = await self.upstream.request("tools/call", dict(params))
+                if "error" in answer:  # the upstream refused the request itself
+                    error = answer["error"] or {}
+                    raise UpstreamRefusedError(f"{error.get('message')} (code {error.get('code')})")
+                ran.append(answer.get("result") or {})
+                return not_final(ran[-1]) if is_ask(ran[-1]) else ran[-1]
+
+            out = await govern(self.session, name, arguments, meta, forward)
+            if isinstance(out, Outcome):
+                ran_now = ran[-1] if ran else None
+                result = answer_json(out, ran_now, self.session.id, self._schemas.get(name))
+            else:
+                result = error_json(*out)
+            self.to_client({"jsonrpc": "2.0", "id": rid, "result": result})
+        except asyncio.CancelledError:
+            raise  # the client cancelled: it expects no answer
+        except Exception as exc:  # never leave the client waiting
+            self.to_client(_rpc_error(rid, f"headway proxy: {type(exc).__name__}: {exc}"))
+
+
+_HANDSHAKE = ("initialize", "notifications/initialized")
+_LIST_CHANGED = "notifications/tools/list_changed"
+
+
+class UpstreamRefusedError(Exception):
+    """The upstream answered a ``tools/call`` with a JSON-RPC error (unknown tool, bad
+    arguments): the call did not run."""
+
+
+def _rpc_error(rid: Any, message: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": rid, "error": {"code": -32603, "message": message}}
+
+
+async def serve(gov: Governor, command: Sequence[str], session_id: str) -> None:
+    await Relay(gov, command, session_id).serve()
