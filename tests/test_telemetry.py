@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -182,3 +183,60 @@ def test_the_logging_sink_emits_a_structured_record_with_secrets_redacted(
     fields = entry.headway  # type: ignore[attr-defined]
     assert fields["tool"] == "login" and fields["decision"] == "execute"
     assert "hunter2" not in entry.getMessage() and "hunter2" not in str(fields)
+
+
+def test_a_reconciled_unknown_write_observes_its_time_to_resolution_once() -> None:
+    registry = prometheus_client.CollectorRegistry()
+    clock = FakeClock()
+    charges: list[str] = []
+
+    async def charge(ref: str) -> str:
+        charges.append(ref)  # the provider acted ...
+        if len(charges) == 1:
+            await asyncio.sleep(5)  # ... but its answer never came back (cancelled: no late result)
+        return "ch-1"
+
+    gov = headway.Governor(audit=[PrometheusSink(registry=registry)], clock=clock)
+    gov.register(
+        "charge",
+        charge,
+        effect="write",
+        timeout=0.05,
+        reconcile=lambda k, a: "ch-1" if charges else None,
+    )
+
+    async def scenario() -> tuple[headway.Outcome, headway.Outcome]:
+        s = gov.session("r")
+        first = await s.acall("charge", {"ref": "o-1"}, idempotency_key="o-1")
+        assert _sample(registry, "headway_unknown_outstanding") == 1
+        clock.advance(7.0)
+        return first, await s.acall("charge", {"ref": "o-1"}, idempotency_key="o-1")
+
+    first, again = asyncio.run(scenario())
+    assert first.status is headway.Status.UNKNOWN and again.status is headway.Status.REPLAYED
+    assert charges == ["o-1"]
+    assert _sample(registry, "headway_reconcile_seconds_count") == 1
+    assert _sample(registry, "headway_reconcile_seconds_sum") == 7.0
+    assert _sample(registry, "headway_unknown_outstanding") == 0
+
+
+def test_a_call_id_reaches_the_audit_record_and_the_span(spans: Any) -> None:
+    provider, exporter = spans
+    audit = headway.MemoryAudit()
+    gov = _lookup_gov([audit, OpenTelemetrySink(tracer_provider=provider)])
+    with gov.session("r") as s:
+        s.call("lookup", {"q": "a"}, call_id="toolu_01")
+        s.call("lookup", {"q": "b"})
+    first, second = exporter.get_finished_spans()
+    assert first.attributes["gen_ai.tool.call.id"] == "toolu_01"
+    assert "gen_ai.tool.call.id" not in second.attributes  # unknown: left out, not made up
+    assert [r["call_id"] for r in audit.records("r")] == ["toolu_01", None]
+
+
+def test_a_call_id_that_is_not_a_string_is_refused() -> None:
+    gov = _lookup_gov([])
+    with (
+        gov.session("r") as s,
+        pytest.raises(headway.ArgumentError, match="call_id must be a string"),
+    ):
+        s.call("lookup", {"q": "a"}, call_id=7)  # type: ignore[arg-type]

@@ -212,6 +212,7 @@ def _values(source: tuple[Any, ...]) -> list[Any]:
         c.flags,
         "hit" if c.cache_hit else ("miss" if c.cache_key is not None else "none"),
         stop,
+        c.call_id,
     ]
 
 

@@ -113,6 +113,7 @@ def _span_attributes(record: Mapping[str, Any]) -> dict[str, Any]:
 
 
 _OPTIONAL = (
+    ("gen_ai.tool.call.id", "call_id"),
     ("headway.agent", "agent"),
     ("headway.idempotency.state", "idempotency_state"),
     ("headway.would", "would"),

@@ -66,7 +66,7 @@ class _Governs:
         step = step_of(call_id) if spec is None or spec.effect != "read" else None
         try:
             return await self.governor.session(session_id).acall(
-                name, dict(args), run=run, agent=agent, step_id=step
+                name, dict(args), run=run, agent=agent, step_id=step, call_id=call_id
             )
         except Stop as stop:
             self.headway_stop = self.headway_stop or stop

@@ -96,8 +96,9 @@ class HeadwayCapability(AbstractCapability[Any]):
                 return _ERROR + str(exc)
 
         try:
+            call_id = call.tool_call_id
             out = await self._session(ctx).acall(
-                name, args, run=run, step_id=step_of(call.tool_call_id)
+                name, args, run=run, step_id=step_of(call_id), call_id=call_id
             )
         except Stop as stop:
             cls = BudgetStopped if isinstance(stop, BudgetExceeded) else LoopStopped
