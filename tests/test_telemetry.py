@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import threading
 import time
@@ -240,3 +241,81 @@ def test_a_call_id_that_is_not_a_string_is_refused() -> None:
         pytest.raises(headway.ArgumentError, match="call_id must be a string"),
     ):
         s.call("lookup", {"q": "a"}, call_id=7)  # type: ignore[arg-type]
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def test_digests_a_metrics_sink_never_read_are_still_the_sha256_of_the_call_when_read() -> None:
+    """The digests of short texts are made on first read (telemetry reads none of them)."""
+    registry = prometheus_client.CollectorRegistry()
+    audit = headway.MemoryAudit()
+    gov = headway.Governor(audit=[PrometheusSink(registry=registry), audit])
+    gov.register("lookup", lambda q: {"rows": [q]}, effect="read", timeout=None)
+    with gov.session("r") as s:
+        s.call("lookup", {"q": "a"})
+    (record,) = audit.records("r")
+    assert record["args_digest"] == _sha(headway.canonical_json({"q": "a"}))
+    assert record["result_digest"] == _sha('{"rows":["a"]}')
+    assert record["result_size"] == len('{"rows":["a"]}')
+
+
+def test_the_breaker_gauge_follows_the_state_each_call_saw() -> None:
+    registry = prometheus_client.CollectorRegistry()
+    clock = FakeClock()
+    gov = headway.Governor(audit=[PrometheusSink(registry=registry)], clock=clock)
+    failing = [True]
+
+    def q(i: int) -> str:
+        if failing[0]:
+            raise ConnectionError("connection refused")
+        return "ok"
+
+    gov.register(
+        "q",
+        q,
+        effect="read",
+        timeout=None,
+        retry=headway.Retry(attempts=1),
+        breaker=headway.Breaker(failures=2, cooldown_s=30),
+    )
+    s = gov.session("r")
+    s.call("q", {"i": 0})
+    assert _sample(registry, "headway_breaker_state", {"tool": "q"}) == 0
+    s.call("q", {"i": 1})  # the second failure opens it
+    s.call("q", {"i": 2})  # refused: the call sees it open
+    assert _sample(registry, "headway_breaker_state", {"tool": "q"}) == 2
+    failing[0] = False
+    clock.advance(31)
+    s.call("q", {"i": 3})  # the probe, half open, succeeds
+    assert _sample(registry, "headway_breaker_state", {"tool": "q"}) == 1
+    s.call("q", {"i": 4})  # closed again
+    assert _sample(registry, "headway_breaker_state", {"tool": "q"}) == 0
+
+
+class _Sampler:
+    """Samples nothing and remembers the attributes each span started with."""
+
+    def __init__(self) -> None:
+        self.seen: list[dict[str, Any]] = []
+
+    def should_sample(self, parent: Any, trace_id: int, name: str, *args: Any, **kw: Any) -> Any:
+        attributes = kw.get("attributes", args[1] if len(args) > 1 else None)
+        self.seen.append(dict(attributes or {}))
+        return sdk_trace.sampling.SamplingResult(sdk_trace.sampling.Decision.DROP)
+
+    def get_description(self) -> str:
+        return "drop all"
+
+
+def test_a_sampler_sees_the_calls_genai_identity_and_a_dropped_span_is_not_exported() -> None:
+    sampler = _Sampler()
+    exporter = in_memory.InMemorySpanExporter()
+    provider = sdk_trace.TracerProvider(sampler=sampler)
+    provider.add_span_processor(export.SimpleSpanProcessor(exporter))
+    gov = _lookup_gov([OpenTelemetrySink(tracer_provider=provider)])
+    with gov.session("r") as s:
+        assert s.call("lookup", {"q": "a"}).status is headway.Status.EXECUTED
+    assert sampler.seen == [{"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup"}]
+    assert exporter.get_finished_spans() == ()
