@@ -360,3 +360,17 @@ def test_the_span_and_the_audit_record_of_a_tool_call_carry_its_tool_call_id() -
     spans = exporter.get_finished_spans()
     assert [dict(s.attributes or {})["gen_ai.tool.call.id"] for s in spans] == ["id-a", "id-b"]
     assert [r["call_id"] for r in audit.records("r-ids")] == ["id-a", "id-b"]
+
+
+def test_a_declared_read_is_called_without_a_key_and_its_audit_has_no_flag() -> None:
+    gov = headway.Governor()
+    gov.register("lookup", None, effect="read")
+
+    @function_tool
+    def lookup(q: str) -> str:
+        return f"{q}: found"
+
+    agent = Agent(name="a", model=turns(("lookup", {"q": "a"})), tools=govern_tools(gov, [lookup]))
+    run(agent, {"run_id": "r-flags"})
+    (record,) = gov.audit_records("r-flags")
+    assert record["status"] == "executed" and record["flags"] == []

@@ -90,7 +90,8 @@ async def _govern_call(
     session = _session(gov, ctx)
     try:
         call_id = ctx.tool_call_id
-        return await session.acall(name, args, run=run, step_id=step_of(call_id), call_id=call_id)
+        step = step_of(call_id, gov.spec(name))
+        return await session.acall(name, args, run=run, step_id=step, call_id=call_id)
     except Stop as stop:
         raise _native(stop) from stop
 

@@ -85,7 +85,7 @@ class HeadwayCapability(AbstractCapability[Any]):
         handler: WrapToolExecuteHandler,
     ) -> Any:
         name = tool_def.name
-        declare(self.gov, name, (tool_def.metadata or {}).get("annotations"))
+        spec = declare(self.gov, name, (tool_def.metadata or {}).get("annotations"))
         failures: list[Exception] = []
 
         async def run(**kwargs: Any) -> Any:
@@ -98,7 +98,7 @@ class HeadwayCapability(AbstractCapability[Any]):
         try:
             call_id = call.tool_call_id
             out = await self._session(ctx).acall(
-                name, args, run=run, step_id=step_of(call_id), call_id=call_id
+                name, args, run=run, step_id=step_of(call_id, spec), call_id=call_id
             )
         except Stop as stop:
             cls = BudgetStopped if isinstance(stop, BudgetExceeded) else LoopStopped
