@@ -43,8 +43,9 @@ class SDKAlone:
 
     def __init__(self, provider: TracerProvider) -> None:
         self.tracer = provider.get_tracer("sdk-alone")
-        self.identity = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "guarded"}
-        self.rest = {
+        self.attributes = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": "guarded",
             "gen_ai.tool.type": "function",
             "headway.session": "sdk",
             "headway.status": "executed",
@@ -56,13 +57,10 @@ class SDKAlone:
 
     def write(self, record: Mapping[str, Any]) -> None:
         end = time.time_ns()
-        span = self.tracer.start_span(
+        self.tracer.start_span(
             "execute_tool guarded", kind=SpanKind.INTERNAL, start_time=end - 1000,
-            attributes=self.identity,
-        )  # fmt: skip
-        if span.is_recording():
-            span.set_attributes(self.rest)
-        span.end(end_time=end)
+            attributes=self.attributes,
+        ).end(end_time=end)  # fmt: skip
 
 
 def _session(sinks: list[Any], name: str, timeout: float | None) -> headway.Session:

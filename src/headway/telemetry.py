@@ -65,24 +65,20 @@ class OpenTelemetrySink:
         name = self._names.get(tool)
         if name is None:
             name = self._names[tool] = f"execute_tool {tool}"
-        # at start, what a sampler may look at (the GenAI identity of the call); the rest
-        # only on a span that records: a no-op or unsampled tracer costs no attributes
-        identity = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool}
+        attributes = _span_attributes(record, tool)
         current = otel.get_current_span()
         if current.is_recording() and _is_tool_span(current, name, tool):
-            attributes = _span_attributes(record, tool)
-            current.set_attributes({**identity, **attributes})
+            current.set_attributes(attributes)
             _events(otel, current, record, attributes)
             return
         end = time.time_ns()
         start = end - int((record["latency_ms"] or 0.0) * 1e6)
+        # all attributes at start: a sampler sees them, and the SDK checks them once (setting
+        # them after the start costs the SDK about 1.5 µs more per span)
         span = self._tracer.start_span(
-            name, kind=self._internal, start_time=start, attributes=identity
+            name, kind=self._internal, start_time=start, attributes=attributes
         )
-        if span.is_recording():
-            attributes = _span_attributes(record, tool)
-            span.set_attributes(attributes)
-            _events(otel, span, record, attributes)
+        _events(otel, span, record, attributes)
         span.end(end_time=end)
 
 
@@ -97,6 +93,8 @@ def _span_attributes(record: Mapping[str, Any], tool: str) -> dict[str, Any]:
     """The span's attributes; the defaults a dashboard never filters on (no signals, one
     attempt, a closed breaker) are left out: the SDK checks every attribute it is given."""
     attributes: dict[str, Any] = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": tool,
         "gen_ai.tool.type": "function",
         "headway.session": record["session"],
         "headway.status": record["status"],
