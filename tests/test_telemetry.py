@@ -247,8 +247,8 @@ def _sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def test_digests_a_metrics_sink_never_read_are_still_the_sha256_of_the_call_when_read() -> None:
-    """The digests of short texts are made on first read (telemetry reads none of them)."""
+def test_a_record_read_by_a_metrics_sink_keeps_the_sha256_of_the_arguments_and_result() -> None:
+    """A record made by a sink's first read holds the same digests a full read would."""
     registry = prometheus_client.CollectorRegistry()
     audit = headway.MemoryAudit()
     gov = headway.Governor(audit=[PrometheusSink(registry=registry), audit])

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._call import Call, result_text
 from ._canonical import digest
-from .audit import AuditRecord, Later, args_field, summarize
+from .audit import AuditRecord, args_field, summarize
 from .budgets import diagnostic
 from .errors import BudgetExceeded, LoopDetected, Stop
 from .outcome import (
@@ -30,8 +30,6 @@ _WITH_TEXT = frozenset((EXECUTED, REPLAYED, FALLBACK))
 _outcome = tuple.__new__  # a NamedTuple built from its full field tuple: the cheapest way
 _WITH_VALUE = frozenset((EXECUTED, CACHED, REPLAYED, FALLBACK))
 _LARGE = 4096  # characters of arguments or result past which a record is made at once
-_SHORT = 1000  # arguments up to this long are kept by a record anyway (its ``args``)
-_SHORT_RESULT = 256  # results up to this long are kept until their digest is read
 
 
 def reach(gov: Governor, st: SessionState, stop: Stop) -> None:
@@ -177,12 +175,8 @@ def _audit(
 def _values(source: tuple[Any, ...]) -> list[Any]:
     """The record's values in ``audit.FIELDS`` order, from the snapshot ``_audit`` took."""
     c, out, now, mark, signals, budget, last_progress, agent, session, error_code, stop = source
-    result_digest = c.result_digest
-    if result_digest is None and c.text is not None:
-        # a sink that never reads the digest (metrics, spans) does not pay for it
-        text = c.text
-        c.result_size = len(text)
-        result_digest = Later(digest, text) if len(text) <= _SHORT_RESULT else digest(text)
+    if c.result_digest is None and c.text is not None:
+        c.result_digest, c.result_size = digest(c.text), len(c.text)
     saved = 0
     if c.status is CACHED or c.status is REPLAYED or c.status is CORRECTED:
         saved = (c.result_size or 0) // 4
@@ -192,9 +186,9 @@ def _values(source: tuple[Any, ...]) -> list[Any]:
         session,
         out.step,
         out.tool,
-        c.args_digest if c._digest is not None or len(c.canon) > _SHORT else Later(digest, c.canon),
+        c.args_digest,
         args_field(c.canon, c.spec.redact_names),
-        result_digest,
+        c.result_digest,
         c.result_size,
         c.status.value,
         c.executed,

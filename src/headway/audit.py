@@ -40,6 +40,7 @@ FIELDS = (
     "flags", "cache", "stop", "call_id",
 )  # fmt: skip
 _INDEX = {name: i for i, name in enumerate(FIELDS)}
+_ARGS = _INDEX["args"]
 
 
 class AuditRecord(Mapping[str, Any]):
@@ -47,9 +48,8 @@ class AuditRecord(Mapping[str, Any]):
 
     Built on every call, so nothing is computed until read: the values come from
     ``make(source)`` on first access (``source`` is the snapshot the pipeline took when
-    the call settled), fields made as ``Later`` (the redacted ``args``, the digests of
-    short texts) on their own first access too, and ``to_dict()`` makes the plain dict
-    that serialising sinks receive.
+    the call settled), ``args`` (the redacted canonical text) is summarised on first access too,
+    and ``to_dict()`` makes the plain dict that serialising sinks receive.
     """
 
     __slots__ = ("_make", "_source", "_values", "session")
@@ -69,10 +69,10 @@ class AuditRecord(Mapping[str, Any]):
             self._values = make(self._source)
             self._make = None
             self._source = ()  # the call's arguments and result are no longer held
-        value = self._values[i]
-        if type(value) is Later:  # a field that costs more than most records are worth
-            value = self._values[i] = value.fn(*value.args)
-        return value
+        values = self._values
+        if i == _ARGS and isinstance(values[i], _Canonical):
+            values[i] = summarize(values[i].text, values[i].redact)
+        return values[i]
 
     def __iter__(self) -> Iterator[str]:
         return iter(FIELDS)
@@ -86,24 +86,19 @@ class AuditRecord(Mapping[str, Any]):
         return record
 
 
-class Later:
-    """A field computed on its first read: ``fn(*args)`` (a summary, a digest). Its inputs
-    are kept only when short, so a record's memory stays bounded."""
+class _Canonical:
+    """Canonical argument text not yet summarised (kept only when short: memory stays bounded)."""
 
-    __slots__ = ("args", "fn")
+    __slots__ = ("redact", "text")
 
-    def __init__(self, fn: Callable[..., Any], *args: Any) -> None:
-        self.fn = fn
-        self.args = args
+    def __init__(self, text: str, redact: tuple[str, ...]) -> None:
+        self.text = text
+        self.redact = redact
 
 
 def args_field(canonical: str, redact: tuple[str, ...]) -> Any:
     """The ``args`` value of a record: summarised now if long, else on first read."""
-    return (
-        Later(summarize, canonical, redact)
-        if len(canonical) <= 1000
-        else summarize(canonical, redact)
-    )
+    return _Canonical(canonical, redact) if len(canonical) <= 1000 else summarize(canonical, redact)
 
 
 @runtime_checkable
