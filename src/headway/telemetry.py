@@ -215,7 +215,6 @@ class PrometheusSink:
         # labels() costs more than inc(): each label tuple's child is resolved once
         self._children: dict[tuple[str, str], tuple[Any, ...]] = {}
         self._by_signal: dict[tuple[Any, str], Any] = {}
-        self._breakers: dict[str, str] = {}  # the state last set per tool (set on a change only)
         self._unknown: dict[str, float] = {}  # outstanding UNKNOWN write -> when first seen
         self._lock = threading.Lock()
         outstanding = prom.Gauge(
@@ -239,13 +238,11 @@ class PrometheusSink:
         children = self._children.get((tool, status))
         if children is None:
             children = self._children[(tool, status)] = self._resolve(tool, status)
-        calls, seconds, saved, hits, tokens = children
+        calls, seconds, breaker, saved, hits, tokens = children
         calls.inc()
         seconds.observe((record["latency_ms"] or 0.0) / 1000.0)
-        breaker = record["breaker"]
-        if self._breakers.get(tool) != breaker:
-            self._breakers[tool] = breaker
-            self.breaker.labels(tool).set(_BREAKER.get(breaker, 0.0))
+        # set on every call, not on a change: racing calls then cannot leave it stale
+        breaker.set(_BREAKER.get(record["breaker"], 0.0))
         if saved is not None:
             saved.inc()
             if record["cache_hit"]:
@@ -264,11 +261,17 @@ class PrometheusSink:
             self._track_unknown(record, status)
 
     def _resolve(self, tool: str, status: str) -> tuple[Any, ...]:
-        if status not in _SAVED:
-            return (self.calls.labels(tool, status), self.seconds.labels(tool), None, None, None)
-        return (
+        calls, seconds, breaker = (
             self.calls.labels(tool, status),
             self.seconds.labels(tool),
+            self.breaker.labels(tool),
+        )
+        if status not in _SAVED:
+            return (calls, seconds, breaker, None, None, None)
+        return (
+            calls,
+            seconds,
+            breaker,
             self.saved.labels(tool),
             self.cache_hits.labels(tool),
             self.tokens_saved.labels(tool),
