@@ -153,3 +153,24 @@ def test_an_error_result_is_not_a_breaker_failure() -> None:
         for n in range(5):
             assert s.call("t", {"n": n}).status is headway.Status.ERROR
     assert gov.breaker_state("t") == "closed"
+
+
+def test_an_audit_record_does_not_keep_the_runner_a_framework_passed() -> None:
+    """A kept record holding a framework's handler would hold all its per-call objects."""
+    import gc
+    import weakref
+
+    class Runner:
+        def __call__(self, **args: Any) -> str:
+            return "ok"
+
+    gov = headway.Governor()  # the default MemoryAudit keeps every record
+    gov.register("lookup", None, effect="read")
+    runner = Runner()
+    alive = weakref.ref(runner)
+    with gov.session("r") as s:
+        assert s.call("lookup", {"q": "a"}, run=runner).status is headway.Status.EXECUTED
+    del runner
+    gc.collect()
+    assert alive() is None
+    assert len(gov.audit_records("r")) == 1  # the record is still there, unread until now

@@ -469,3 +469,33 @@ def test_an_explicit_registration_wins_over_the_tools_mcp_annotations() -> None:
     assert len(runs) == 2  # a write: never served from a cache
     spec = gov.spec("lookup")
     assert spec is not None and spec.effect == "write"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_span_and_the_audit_record_of_a_tool_call_carry_its_tool_call_id(mode: str) -> None:
+    sdk_trace = pytest.importorskip("opentelemetry.sdk.trace")
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from headway.telemetry import OpenTelemetrySink
+
+    exporter = InMemorySpanExporter()
+    provider = sdk_trace.TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    audit = headway.MemoryAudit()
+    gov = headway.Governor(audit=[audit, OpenTelemetrySink(tracer_provider=provider)])
+
+    @tool
+    def lookup(q: str) -> str:
+        """Look a word up."""
+        return f"{q}: found"
+
+    agent = create_agent(
+        ScriptedModel(messages=calls(("lookup", {"q": "a"}), ("lookup", {"q": "b"}))),
+        tools=[lookup],
+        middleware=[HeadwayMiddleware(gov)],
+    )
+    run(agent, mode, config={"configurable": {"thread_id": "t-ids"}})
+    spans = exporter.get_finished_spans()
+    assert [dict(s.attributes or {})["gen_ai.tool.call.id"] for s in spans] == ["c1", "c2"]
+    assert [r["call_id"] for r in audit.records("t-ids")] == ["c1", "c2"]

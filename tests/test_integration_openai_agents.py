@@ -335,3 +335,42 @@ def test_the_documented_example_runs() -> None:
     with contextlib.redirect_stdout(out):
         exec(compile(block, "docs/integrations.md", "exec"), {})
     assert out.getvalue().splitlines() == ["Light rain in Paris.", "['executed', 'cached']"]
+
+
+def test_the_span_and_the_audit_record_of_a_tool_call_carry_its_tool_call_id() -> None:
+    sdk_trace = pytest.importorskip("opentelemetry.sdk.trace")
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from headway.telemetry import OpenTelemetrySink
+
+    exporter = InMemorySpanExporter()
+    provider = sdk_trace.TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    audit = headway.MemoryAudit()
+    gov = headway.Governor(audit=[audit, OpenTelemetrySink(tracer_provider=provider)])
+
+    @function_tool
+    def lookup(q: str) -> str:
+        return f"{q}: found"
+
+    model = turns(("lookup", {"q": "a"}), ("lookup", {"q": "b"}), call_ids=["id-a", "id-b"])
+    agent = Agent(name="a", model=model, tools=govern_tools(gov, [lookup]))
+    run(agent, {"run_id": "r-ids"})
+    spans = exporter.get_finished_spans()
+    assert [dict(s.attributes or {})["gen_ai.tool.call.id"] for s in spans] == ["id-a", "id-b"]
+    assert [r["call_id"] for r in audit.records("r-ids")] == ["id-a", "id-b"]
+
+
+def test_a_declared_read_is_called_without_a_key_and_its_audit_has_no_flag() -> None:
+    gov = headway.Governor()
+    gov.register("lookup", None, effect="read")
+
+    @function_tool
+    def lookup(q: str) -> str:
+        return f"{q}: found"
+
+    agent = Agent(name="a", model=turns(("lookup", {"q": "a"})), tools=govern_tools(gov, [lookup]))
+    run(agent, {"run_id": "r-flags"})
+    (record,) = gov.audit_records("r-flags")
+    assert record["status"] == "executed" and record["flags"] == []

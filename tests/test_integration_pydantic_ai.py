@@ -262,3 +262,45 @@ def test_the_documented_example_runs() -> None:
         "Order 7 has shipped.",
         "['executed', 'cached', 'corrected']",
     ]
+
+
+def test_the_span_and_the_audit_record_of_a_tool_call_carry_its_tool_call_id() -> None:
+    sdk_trace = pytest.importorskip("opentelemetry.sdk.trace")
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from headway.telemetry import OpenTelemetrySink
+
+    exporter = InMemorySpanExporter()
+    provider = sdk_trace.TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    audit = headway.MemoryAudit()
+    gov = headway.Governor(audit=[audit, OpenTelemetrySink(tracer_provider=provider)])
+    gov.register("lookup", None, effect="read")
+    agent = Agent(
+        scripted([("lookup", {"q": "a"})], [("lookup", {"q": "b"})]),
+        capabilities=[HeadwayCapability(gov)],
+    )
+
+    @agent.tool_plain
+    def lookup(q: str) -> str:
+        return f"{q}: found"
+
+    agent.run_sync("go", conversation_id="conv-ids")
+    spans = exporter.get_finished_spans()
+    assert [dict(s.attributes or {})["gen_ai.tool.call.id"] for s in spans] == ["t0-0", "t1-0"]
+    assert [r["call_id"] for r in audit.records("conv-ids")] == ["t0-0", "t1-0"]
+
+
+def test_a_declared_read_is_called_without_a_key_and_its_audit_has_no_flag() -> None:
+    gov = headway.Governor()
+    gov.register("lookup", None, effect="read")
+    agent = Agent(scripted([("lookup", {"q": "a"})]), capabilities=[HeadwayCapability(gov)])
+
+    @agent.tool_plain
+    def lookup(q: str) -> str:
+        return f"{q}: found"
+
+    agent.run_sync("go", conversation_id="conv-flags")
+    (record,) = gov.audit_records("conv-flags")
+    assert record["status"] == "executed" and record["flags"] == []

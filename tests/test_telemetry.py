@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import logging
 import threading
 import time
@@ -182,3 +184,140 @@ def test_the_logging_sink_emits_a_structured_record_with_secrets_redacted(
     fields = entry.headway  # type: ignore[attr-defined]
     assert fields["tool"] == "login" and fields["decision"] == "execute"
     assert "hunter2" not in entry.getMessage() and "hunter2" not in str(fields)
+
+
+def test_a_reconciled_unknown_write_observes_its_time_to_resolution_once() -> None:
+    registry = prometheus_client.CollectorRegistry()
+    clock = FakeClock()
+    charges: list[str] = []
+
+    async def charge(ref: str) -> str:
+        charges.append(ref)  # the provider acted ...
+        if len(charges) == 1:
+            await asyncio.sleep(5)  # ... but its answer never came back (cancelled: no late result)
+        return "ch-1"
+
+    gov = headway.Governor(audit=[PrometheusSink(registry=registry)], clock=clock)
+    gov.register(
+        "charge",
+        charge,
+        effect="write",
+        timeout=0.05,
+        reconcile=lambda k, a: "ch-1" if charges else None,
+    )
+
+    async def scenario() -> tuple[headway.Outcome, headway.Outcome]:
+        s = gov.session("r")
+        first = await s.acall("charge", {"ref": "o-1"}, idempotency_key="o-1")
+        assert _sample(registry, "headway_unknown_outstanding") == 1
+        clock.advance(7.0)
+        return first, await s.acall("charge", {"ref": "o-1"}, idempotency_key="o-1")
+
+    first, again = asyncio.run(scenario())
+    assert first.status is headway.Status.UNKNOWN and again.status is headway.Status.REPLAYED
+    assert charges == ["o-1"]
+    assert _sample(registry, "headway_reconcile_seconds_count") == 1
+    assert _sample(registry, "headway_reconcile_seconds_sum") == 7.0
+    assert _sample(registry, "headway_unknown_outstanding") == 0
+
+
+def test_a_call_id_reaches_the_audit_record_and_the_span(spans: Any) -> None:
+    provider, exporter = spans
+    audit = headway.MemoryAudit()
+    gov = _lookup_gov([audit, OpenTelemetrySink(tracer_provider=provider)])
+    with gov.session("r") as s:
+        s.call("lookup", {"q": "a"}, call_id="toolu_01")
+        s.call("lookup", {"q": "b"})
+    first, second = exporter.get_finished_spans()
+    assert first.attributes["gen_ai.tool.call.id"] == "toolu_01"
+    assert "gen_ai.tool.call.id" not in second.attributes  # unknown: left out, not made up
+    assert [r["call_id"] for r in audit.records("r")] == ["toolu_01", None]
+
+
+def test_a_call_id_that_is_not_a_string_is_refused() -> None:
+    gov = _lookup_gov([])
+    with (
+        gov.session("r") as s,
+        pytest.raises(headway.ArgumentError, match="call_id must be a string"),
+    ):
+        s.call("lookup", {"q": "a"}, call_id=7)  # type: ignore[arg-type]
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def test_a_record_read_by_a_metrics_sink_keeps_the_sha256_of_the_arguments_and_result() -> None:
+    """A record made by a sink's first read holds the same digests a full read would."""
+    registry = prometheus_client.CollectorRegistry()
+    audit = headway.MemoryAudit()
+    gov = headway.Governor(audit=[PrometheusSink(registry=registry), audit])
+    gov.register("lookup", lambda q: {"rows": [q]}, effect="read", timeout=None)
+    with gov.session("r") as s:
+        s.call("lookup", {"q": "a"})
+    (record,) = audit.records("r")
+    assert record["args_digest"] == _sha(headway.canonical_json({"q": "a"}))
+    assert record["result_digest"] == _sha('{"rows":["a"]}')
+    assert record["result_size"] == len('{"rows":["a"]}')
+
+
+def test_the_breaker_gauge_follows_the_state_each_call_saw() -> None:
+    registry = prometheus_client.CollectorRegistry()
+    clock = FakeClock()
+    gov = headway.Governor(audit=[PrometheusSink(registry=registry)], clock=clock)
+    failing = [True]
+
+    def q(i: int) -> str:
+        if failing[0]:
+            raise ConnectionError("connection refused")
+        return "ok"
+
+    gov.register(
+        "q",
+        q,
+        effect="read",
+        timeout=None,
+        retry=headway.Retry(attempts=1),
+        breaker=headway.Breaker(failures=2, cooldown_s=30),
+    )
+    s = gov.session("r")
+    s.call("q", {"i": 0})
+    assert _sample(registry, "headway_breaker_state", {"tool": "q"}) == 0
+    s.call("q", {"i": 1})  # the second failure opens it
+    s.call("q", {"i": 2})  # refused: the call sees it open
+    assert _sample(registry, "headway_breaker_state", {"tool": "q"}) == 2
+    failing[0] = False
+    clock.advance(31)
+    s.call("q", {"i": 3})  # the probe, half open, succeeds
+    assert _sample(registry, "headway_breaker_state", {"tool": "q"}) == 1
+    s.call("q", {"i": 4})  # closed again
+    assert _sample(registry, "headway_breaker_state", {"tool": "q"}) == 0
+
+
+class _Sampler:
+    """Samples nothing and remembers the attributes each span started with."""
+
+    def __init__(self) -> None:
+        self.seen: list[dict[str, Any]] = []
+
+    def should_sample(self, parent: Any, trace_id: int, name: str, *args: Any, **kw: Any) -> Any:
+        attributes = kw.get("attributes", args[1] if len(args) > 1 else None)
+        self.seen.append(dict(attributes or {}))
+        return sdk_trace.sampling.SamplingResult(sdk_trace.sampling.Decision.DROP)
+
+    def get_description(self) -> str:
+        return "drop all"
+
+
+def test_a_sampler_sees_the_calls_attributes_and_a_dropped_span_is_not_exported() -> None:
+    sampler = _Sampler()
+    exporter = in_memory.InMemorySpanExporter()
+    provider = sdk_trace.TracerProvider(sampler=sampler)
+    provider.add_span_processor(export.SimpleSpanProcessor(exporter))
+    gov = _lookup_gov([OpenTelemetrySink(tracer_provider=provider)])
+    with gov.session("r") as s:
+        assert s.call("lookup", {"q": "a"}).status is headway.Status.EXECUTED
+    (seen,) = sampler.seen
+    assert seen["gen_ai.operation.name"] == "execute_tool" and seen["gen_ai.tool.name"] == "lookup"
+    assert seen["headway.status"] == "executed"
+    assert exporter.get_finished_spans() == ()

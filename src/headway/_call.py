@@ -52,6 +52,7 @@ class Call:
     held: Any = None  # the claim on the idempotency key while the write runs (_leases.Held)
     looked_up: bool = False  # begin() already looked the read up (an in-process store)
     agent: str | None = None  # the agent making the call, in a multi-agent run
+    call_id: str | None = None  # the framework's id of this tool call (audit and spans only)
     fn: Any = None  # what runs the tool: the spec's function, or the caller's ``run=``
     fn_async: bool = False
     _digest: str | None = None

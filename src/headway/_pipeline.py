@@ -46,6 +46,7 @@ def begin(
     step_id: str | None = None,
     run: Any = None,
     agent: str | None = None,
+    call_id: str | None = None,
 ) -> Call | Outcome:
     """The part of a call that needs no I/O: checks, keys, and a read served from an
     in-process cache or corrected. Returns the Outcome when that settles the call, else
@@ -68,6 +69,12 @@ def begin(
         if not isinstance(agent, str) or not agent:
             raise ArgumentError(f"agent must be a non-empty string, not {agent!r}", "agent")
         c.agent = agent
+    if call_id is not None:
+        if type(call_id) is not str:
+            raise ArgumentError(
+                f"call_id must be a string, not {type(call_id).__name__}", "call_id"
+            )
+        c.call_id = call_id
     if run is not None:
         c.fn, c.fn_async = run, inspect.iscoroutinefunction(run)
     elif c.fn is None and spec is not None:

@@ -392,6 +392,7 @@ class Session:
         step_id: str | None = None,
         run: Callable[..., Any] | None = None,
         agent: str | None = None,
+        call_id: str | None = None,
     ) -> Outcome:
         """Run one tool call through headway. Returns an Outcome; raises only
         ArgumentError, KeyReuseError and Stop (ClosedError on a closed session).
@@ -403,12 +404,23 @@ class Session:
         ``run`` runs the tool for this call instead of the registered function (called with
         the arguments as keywords): how integrations govern tools their framework executes.
         A name never registered is then declared with the safe default (an unkeyed write).
+
+        ``call_id`` is the framework's id of this tool call, when it has one: it goes to
+        the audit record (``call_id``) and the span (``gen_ai.tool.call.id``), nowhere else.
         """
         if self.closed or self.governor.closed:
             self._check_open()
         gov = self.governor
         c = _pipeline.begin(
-            gov, self._st, name, {} if args is None else args, idempotency_key, step_id, run, agent
+            gov,
+            self._st,
+            name,
+            {} if args is None else args,
+            idempotency_key,
+            step_id,
+            run,
+            agent,
+            call_id,
         )
         if isinstance(c, Outcome):
             return c
@@ -423,13 +435,22 @@ class Session:
         step_id: str | None = None,
         run: Callable[..., Any] | None = None,
         agent: str | None = None,
+        call_id: str | None = None,
     ) -> Outcome:
         """``call`` for async code: async tools are awaited, sync tools run in a thread."""
         if self.closed or self.governor.closed:
             self._check_open()
         gov = self.governor
         c = _pipeline.begin(
-            gov, self._st, name, {} if args is None else args, idempotency_key, step_id, run, agent
+            gov,
+            self._st,
+            name,
+            {} if args is None else args,
+            idempotency_key,
+            step_id,
+            run,
+            agent,
+            call_id,
         )
         if isinstance(c, Outcome):
             return c

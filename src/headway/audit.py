@@ -5,7 +5,8 @@ step, tool, args_digest, args (redacted canonical JSON text), result_digest, res
 executed, cache_hit, coalesced, idempotency_key, idempotency_state, reconcile_s, attempts, breaker,
 latency_ms, mark, signals, decision, would, error, correction, budget, last_progress_step,
 tokens_saved, flags, cache`` (``hit``, ``miss`` or ``none`` for a call that is not a cacheable
-read) and ``stop`` (the diagnostic when this call reached a limit, else None).
+read), ``stop`` (the diagnostic when this call reached a limit, else None) and ``call_id``
+(the framework's id of the tool call, when the caller passed one).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ FIELDS = (
     "result_size", "status", "executed", "cache_hit", "coalesced", "idempotency_key",
     "idempotency_state", "reconcile_s", "attempts", "breaker", "latency_ms", "mark", "signals",
     "decision", "would", "error", "correction", "budget", "last_progress_step", "tokens_saved",
-    "flags", "cache", "stop",
+    "flags", "cache", "stop", "call_id",
 )  # fmt: skip
 _INDEX = {name: i for i, name in enumerate(FIELDS)}
 _ARGS = _INDEX["args"]

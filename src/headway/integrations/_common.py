@@ -33,7 +33,10 @@ def declare(gov: Governor, name: str, annotations: Mapping[str, Any] | None = No
     return spec
 
 
-def step_of(call_id: str | None) -> str | None:
+def step_of(call_id: str | None, spec: ToolSpec | None = None) -> str | None:
     """The idempotency step of a framework's tool call: a write retried by the framework
-    under the same call id keeps its key (scoped to the run by ``gov.session(run_id)``)."""
-    return f"call:{call_id}" if call_id else None
+    under the same call id keeps its key (scoped to the run by ``gov.session(run_id)``).
+    None for a declared read: a read has no key (one given is flagged in its audit)."""
+    if not call_id or (spec is not None and spec.effect == "read"):
+        return None
+    return f"call:{call_id}"

@@ -63,10 +63,10 @@ class _Governs:
     ) -> Outcome | str:
         spec = self.governor.spec(name)  # an undeclared tool is declared by its first call
         session_id, agent = _where(self.session_id)
-        step = step_of(call_id) if spec is None or spec.effect != "read" else None
+        step = step_of(call_id, spec)
         try:
             return await self.governor.session(session_id).acall(
-                name, dict(args), run=run, agent=agent, step_id=step
+                name, dict(args), run=run, agent=agent, step_id=step, call_id=call_id
             )
         except Stop as stop:
             self.headway_stop = self.headway_stop or stop

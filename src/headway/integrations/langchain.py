@@ -198,7 +198,7 @@ class HeadwayMiddleware(AgentMiddleware[HeadwayState, Any]):
         call = request.tool_call
         name = call["name"]
         spec = self.gov.spec(name) or declare(self.gov, name, _annotations(request.tool))
-        keys: dict[str, Any] = {}
+        keys: dict[str, Any] = {"call_id": call.get("id")}
         if spec.effect != "read":
             explicit = self.key_of(request) if self.key_of is not None else None
             if explicit is not None:

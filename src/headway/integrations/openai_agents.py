@@ -89,7 +89,9 @@ async def _govern_call(
 ) -> Outcome:
     session = _session(gov, ctx)
     try:
-        return await session.acall(name, args, run=run, step_id=step_of(ctx.tool_call_id))
+        call_id = ctx.tool_call_id
+        step = step_of(call_id, gov.spec(name))
+        return await session.acall(name, args, run=run, step_id=step, call_id=call_id)
     except Stop as stop:
         raise _native(stop) from stop
 

@@ -85,7 +85,7 @@ class HeadwayCapability(AbstractCapability[Any]):
         handler: WrapToolExecuteHandler,
     ) -> Any:
         name = tool_def.name
-        declare(self.gov, name, (tool_def.metadata or {}).get("annotations"))
+        spec = declare(self.gov, name, (tool_def.metadata or {}).get("annotations"))
         failures: list[Exception] = []
 
         async def run(**kwargs: Any) -> Any:
@@ -96,8 +96,9 @@ class HeadwayCapability(AbstractCapability[Any]):
                 return _ERROR + str(exc)
 
         try:
+            call_id = call.tool_call_id
             out = await self._session(ctx).acall(
-                name, args, run=run, step_id=step_of(call.tool_call_id)
+                name, args, run=run, step_id=step_of(call_id, spec), call_id=call_id
             )
         except Stop as stop:
             cls = BudgetStopped if isinstance(stop, BudgetExceeded) else LoopStopped
