@@ -23,7 +23,8 @@ from ._attempts import execute
 from ._call import Call, describe, identity, recordable, result_text
 from ._canonical import canonical_json, digest
 from ._effects import Blocking, Plan, Sleep, Wait
-from ._settle import check_stop, settle
+from ._settle import bump, check_stop, settle, settle_shared
+from ._shared import reserve
 from ._spec import ToolSpec
 from .audit import summarize
 from .errors import ArgumentError
@@ -77,7 +78,7 @@ def begin(
             retryable=False,
             hint="Pass the tool's runner: session.call(name, args, run=...).",
         )
-        return settle(gov, st, c)
+        return _early(gov, st, c)
     if spec is None:
         known = ", ".join(sorted(gov.tools())[:30])
         c.error = error_info(
@@ -86,7 +87,7 @@ def begin(
             retryable=False,
             hint=f"Known tools: {known}.",
         )
-        return settle(gov, st, c)
+        return _early(gov, st, c)
     if idempotency_key is not None or step_id is not None:
         for label, value in (("idempotency_key", idempotency_key), ("step_id", step_id)):
             if value is not None and (not isinstance(value, str) or not value):
@@ -95,6 +96,8 @@ def begin(
             c.flag("key_ignored_on_read")
         else:
             c.idem_key = idempotency_key or step_key(gov.namespace, st.session_id, str(step_id))
+    if st.shared:
+        return c  # the session's state is in the store: everything else is in plan()
     cacheable = spec.cacheable()
     if c.effect == "read" and not (cacheable and gov.store.blocking):
         entry = None
@@ -109,8 +112,21 @@ def begin(
     return c
 
 
+def _early(gov: Governor, st: SessionState, c: Call) -> Call | Outcome:
+    """A call settled without running (no such tool, no function)."""
+    if st.shared:
+        c.early = True  # still takes its step in the session's record: plan() settles it
+        return c
+    return settle(gov, st, c)
+
+
 def plan(gov: Governor, st: SessionState, c: Call) -> Plan[Outcome]:
     """The rest of a call begun by ``begin()``: everything that may wait on I/O."""
+    if st.shared:  # the session's record in the store: take the step, run, settle in it
+        yield from reserve(gov, st, c)
+        if not c.early:
+            yield from (_read if c.effect == "read" else _write)(gov, st, c)
+        return (yield from settle_shared(gov, st, c))
     if c.effect == "read":
         yield from _read(gov, st, c)
     else:
@@ -371,9 +387,6 @@ def _generation(st: SessionState, tool: str, resources: tuple[str, ...] | None) 
     return f"{gen.get('*', 0)}.{gen.get(tool, 0)}:{parts}"
 
 
-_MAX_RESOURCES = 10_000  # resource epochs kept per session; past that, start afresh
-
-
 def invalidate(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
     """A write ran (or may have): the session's cached reads it may affect are stale.
 
@@ -383,23 +396,18 @@ def invalidate(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
     if not gov.has_session_cache():
         return  # no tool caches per session: nothing to invalidate, no store round trip
     touched = None if c.spec.invalidates else resources_of(c.spec, c.args)
+    if c.spec.invalidates:
+        names: tuple[str, ...] = c.spec.invalidates
+    elif touched:
+        names = ("any", *("r:" + r for r in touched))
+    else:
+        names = ("any", "*")
+    if st.shared:
+        c.bumps = names  # written with the step's record when it settles: no round trip
+        return
     with st.lock:
-        gen = st.generation
-        if c.spec.invalidates:
-            bump: tuple[str, ...] = c.spec.invalidates
-        elif touched:
-            bump = ("any", *("r:" + r for r in touched))
-        else:
-            bump = ("any", "*")
-        for name in bump:
-            gen[name] = gen.get(name, 0) + 1
-        if len(gen) > _MAX_RESOURCES:
-            kept = {k: v for k, v in gen.items() if not k.startswith("r:")}
-            gen.clear()
-            gen.update(kept)
-            gen["*"] = gen.get("*", 0) + 1  # forgotten epochs: everything becomes stale
-        snapshot = dict(gen)
-        st.epoch += 1  # after the bumps: a key prefix remembered from before is stale
+        bump(st, names)
+        snapshot = dict(st.generation)
     yield from store_op(gov, c, "set", gov.generation_key(st.session_id), snapshot, gov.cache_gc_s)
 
 

@@ -82,6 +82,7 @@ class Meter:
         "started",
         "tokens",
         "turns",
+        "unsynced",
     )
 
     def __init__(self, budgets: Budgets, started: float) -> None:
@@ -96,6 +97,8 @@ class Meter:
         self.cost = 0.0
         self.per_tool: dict[str, int] = {}
         self.retries: dict[str, int] = {}
+        # retries counted here that a session shared by workers has not yet written
+        self.unsynced: dict[str, int] = {}
 
     def wall_clock(self, now: float) -> tuple[str, float, float, str] | None:
         """The wall-clock budget, checked before each call and each retry."""
@@ -115,6 +118,7 @@ class Meter:
 
     def count_retry(self, tool: str) -> None:
         self.retries[tool] = self.retries.get(tool, 0) + 1
+        self.unsynced[tool] = self.unsynced.get(tool, 0) + 1
 
     def count_call(self, tool: str) -> tuple[str, float, float, str] | None:
         """Count one tool call; the budget it reached, if any (the next call stops)."""

@@ -1,0 +1,200 @@
+"""A session shared by workers: its state in one record of the shared store.
+
+With a store that other processes share (SQLite, Redis, PostgreSQL), every worker that
+opens ``gov.session(run_id)`` continues the same run. The record ``{ns}:sess:{run_id}``
+holds what the decision core reads: steps, budgets consumed, the stop, the cache epochs,
+the detector windows (as bounded excerpts and digests) and the unknown writes.
+
+Each call changes the record twice, both times by compare-and-set over the whole record:
+
+    reserve: stopped? -> take the next step and count it against the budgets
+    (the tool runs, uncoupled from the record)
+    settle:  judge the step (marks, corrections, loop stop), bump the cache epochs
+
+A change is a function of the session state, applied in memory to the state the record
+last held; when another worker changed the record in between, the swap fails, the
+record is read again and the same change is applied to it (the decision core does no
+I/O, so a change can be applied again). The local state is a cache of the record: a
+worker that wrote the record last needs no read before its next swap.
+
+The store failing mid-session degrades to the local state (flagged in the audit); no
+exception leaves ``call()`` for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ._call import Call, describe
+from ._effects import Blocking, Plan, Sleep, drive_sync
+from ._redact import scrub
+from .budgets import Meter, diagnostic
+from .errors import BudgetExceeded, LoopDetected, Stop
+
+if TYPE_CHECKING:
+    from ._session import Governor
+    from ._state import SessionState
+
+T = TypeVar("T")
+log = logging.getLogger("headway")
+
+_ROUNDS = 64  # swaps tried per change before the call goes on with the local state
+_MAX_AGENTS = 64  # agents whose detector streams the record keeps (the most recent)
+_STOPS: dict[str, type[Stop]] = {"loop": LoopDetected, "budget": BudgetExceeded}
+
+
+def dump(st: SessionState, now: float) -> dict[str, Any]:
+    """The session record: JSON, bounded by the window, not by the length of the run."""
+    m = st.meter
+    stop = st.stop
+    agents = list(st.agents.items())[-_MAX_AGENTS:]
+    return {
+        "n": (st.remote or {}).get("n", 0) + 1,
+        "t": now,
+        "steps": st.steps,
+        "stop": None
+        if stop is None
+        else ["loop" if isinstance(stop, LoopDetected) else "budget", stop.diagnostic],
+        "prov": st.provisional,
+        "would": st.would_stop,
+        "meter": [m.started, m.turns, m.calls, m.tokens, m.cost, m.per_tool, m.retries],
+        "gen": st.generation,
+        "uw": st.unknown_writes,
+        "mon": st.monitor.snapshot(),
+        "agents": {name: mon.snapshot() for name, mon in agents},
+    }
+
+
+def load(st: SessionState, rec: dict[str, Any] | None, now: float) -> None:
+    """Make the local state the record's (None: a run seen for the first time, or expired)."""
+    st.remote = rec
+    unsynced = st.meter.unsynced
+    if rec is None:
+        st.steps, st.stop, st.provisional, st.would_stop = 0, None, None, None
+        st.meter = Meter(st.meter.budgets, now)
+        st.meter.unsynced = unsynced
+        st.generation.clear()
+        # an epoch no earlier entry can have: a run that starts again never reads a stale cache
+        st.generation["*"] = int(now * 1000)
+        st.unknown_writes.clear()
+        st.monitor.user_turn()
+        st.agents.clear()
+        st.epoch += 1
+        return
+    st.steps = rec["steps"]
+    stop = rec["stop"]
+    st.stop = None if stop is None else _STOPS[stop[0]](stop[1])
+    st.provisional, st.would_stop = rec["prov"], rec["would"]
+    started, turns, calls, tokens, cost, per_tool, retries = rec["meter"]
+    m = st.meter = Meter(st.meter.budgets, started)
+    m.turns, m.calls, m.tokens, m.cost, m.per_tool = turns, calls, tokens, cost, dict(per_tool)
+    m.retries, m.unsynced = dict(retries), unsynced
+    for tool, n in unsynced.items():  # retries counted here that no swap carried yet
+        m.retries[tool] = m.retries.get(tool, 0) + n
+    st.generation.clear()
+    st.generation.update(rec["gen"])
+    st.epoch += 1  # cache-key prefixes remembered from the older epochs are stale
+    st.unknown_writes.clear()
+    st.unknown_writes.update(rec["uw"])
+    st.monitor.restore(rec["mon"])
+    st.agents.clear()
+    for name, snap in rec["agents"].items():
+        st.monitor_of(name).restore(snap)
+
+
+def update(gov: Governor, st: SessionState, c: Call | None, change: Callable[[], T]) -> Plan[T]:
+    """Apply ``change`` to the session state and to its record, atomically: compare-and-set
+    against the record as this worker last knew it; on a conflict read it and apply the
+    change again. The store failing leaves the change applied locally (flagged)."""
+    key = gov.session_key(st.session_id)
+    store, ttl = gov.store, gov.session_ttl_s
+    for round_ in range(_ROUNDS):
+        with st.lock:
+            expected = st.remote
+            result = change()  # may raise Stop: nothing was written
+            sent = dict(st.meter.unsynced)
+            new = dump(st, gov.clock())
+            st.remote = new  # later changes in this process build on this one
+        try:
+            if expected is None:
+                ok = yield Blocking(store.add, (key, new, ttl))
+            else:
+                ok = yield Blocking(store.swap, (key, expected, new, ttl))
+            if not ok:
+                current = yield Blocking(store.get, (key,))
+        except Exception as exc:
+            _degrade(st, c, exc, expected, new)
+            return result
+        if ok:
+            with st.lock:
+                unsynced = st.meter.unsynced
+                for tool, n in sent.items():
+                    left = unsynced.get(tool, 0) - n
+                    if left > 0:
+                        unsynced[tool] = left
+                    else:
+                        unsynced.pop(tool, None)
+            return result
+        with st.lock:
+            # the record moved on: this change (and any other in flight here) is redone
+            # on top of it; each retried change rebuilds its own part
+            load(st, current if isinstance(current, dict) else None, gov.clock())
+        if round_ >= 2:  # a hot session: spread the retries out
+            yield Sleep(random.uniform(0, 0.001 * min(round_, 20)))
+    if c is not None:
+        c.flag("session_state_conflict: the shared record kept changing; local state used")
+    return result
+
+
+def _degrade(st: SessionState, c: Call | None, exc: BaseException, expected: Any, new: Any) -> None:
+    with st.lock:
+        if st.remote is new:
+            st.remote = expected  # the next swap tries from what the store still holds
+    text = f"session_state_local: {type(exc).__name__}: {describe(exc)}"[:300]
+    if c is not None:
+        c.flag(text)
+    else:
+        log.warning("%s (session %s)", scrub(text), st.session_id)
+
+
+def reserve(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
+    """Take the call's step: raise the session's stop, or count the step against the
+    budgets. A step that reaches a budget stops the session at once (every worker's next
+    call raises), so concurrent calls never run past the budget."""
+    from ._settle import check_stop
+
+    def take() -> None:
+        check_stop(gov, st)
+        index = st.steps
+        st.steps += 1
+        reached = st.meter.count_call(c.spec.name)
+        c.index, c.reached = index, reached
+        if reached is not None and gov.enforce and st.stop is None:
+            # provisional: settling this step writes the diagnostic it ends with
+            st.stop = BudgetExceeded(diagnostic(*reached, index, st.monitor.last_progress_step))
+            st.provisional = index
+
+    yield from update(gov, st, c, take)
+
+
+def run_now(gov: Governor, st: SessionState, change: Callable[[], T]) -> T:
+    """``update`` outside a call (model turns, user turns): performed at once."""
+    return drive_sync(update(gov, st, None, change), gov.sleep or time.sleep)
+
+
+def fetch(gov: Governor, st: SessionState) -> None:
+    """Read the record when a handle opens (a run other workers may have moved on)."""
+    try:
+        rec = gov.store.get(gov.session_key(st.session_id))
+    except Exception as exc:  # reads fail open: the first call tries again
+        log.warning("store unavailable at session start (%s): %s", st.session_id, scrub(str(exc)))
+        return
+    with st.lock:
+        if isinstance(rec, dict):
+            load(st, rec, gov.clock())
+        elif st.remote is not None or "*" not in st.generation:
+            load(st, None, gov.clock())  # new, or expired meanwhile: the run starts afresh
