@@ -58,6 +58,11 @@ class Governor:
     integrity on: every stored record carries an HMAC over its key and content, and a
     record that fails the check is treated as absent (an idempotency record: as a store
     fault, so keyed writes fail closed).
+
+    With a store other processes share (SQLite, Redis, PostgreSQL), a session's state lives
+    in the store: every worker that opens ``session(run_id)`` continues the same run
+    (``share_sessions=False`` keeps it in this process, as with ``MemoryStore``). Its record
+    expires ``session_ttl_s`` after the run's last call.
     """
 
     def __init__(
@@ -78,6 +83,7 @@ class Governor:
         cache_gc_s: float = 86_400.0,
         idempotency_ttl_s: float = 86_400.0,
         session_ttl_s: float = 86_400.0,
+        share_sessions: bool = True,
         in_progress_wait_s: float = 5.0,
         lease_s: float | None = None,
         deadline_s: float | None = 120.0,
@@ -124,6 +130,7 @@ class Governor:
         self.cache_gc_s = cache_gc_s
         self.idempotency_ttl_s = idempotency_ttl_s
         self.session_ttl_s = float(session_ttl_s)  # a shared session's record, after its last call
+        self.share_sessions = bool(share_sessions)
         self.in_progress_wait_s = in_progress_wait_s
         self.lease_s = lease_s
         self.deadline_s = deadline_s  # every call's total time: all attempts and retry waits
@@ -283,7 +290,7 @@ class Governor:
                 )
                 st.make_monitor = make_monitor
                 # a store other processes share holds the session: every worker continues it
-                st.shared = self.store.blocking
+                st.shared = self.store.blocking and self.share_sessions
                 if not st.shared:
                     self._load_generation(st)
                 self._sessions[run_id] = st

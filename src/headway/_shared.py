@@ -61,9 +61,10 @@ def dump(st: SessionState, now: float) -> dict[str, Any]:
         else ["loop" if isinstance(stop, LoopDetected) else "budget", stop.diagnostic],
         "prov": st.provisional,
         "would": st.would_stop,
-        "meter": [m.started, m.turns, m.calls, m.tokens, m.cost, m.per_tool, m.retries],
-        "gen": st.generation,
-        "uw": st.unknown_writes,
+        # copies: the record must not change with the live state after it is written
+        "meter": [m.started, m.turns, m.calls, m.tokens, m.cost, dict(m.per_tool), dict(m.retries)],
+        "gen": dict(st.generation),
+        "uw": dict(st.unknown_writes),
         "mon": st.monitor.snapshot(),
         "agents": {name: mon.snapshot() for name, mon in agents},
     }

@@ -15,6 +15,8 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NamedTuple, Protocol
 
+import orjson
+
 from ._call import describe
 from ._spec import ToolSpec
 from .outcome import CACHED, CORRECTED, ERROR, EXECUTED, FALLBACK, REPLAYED, UNKNOWN, Status, render
@@ -32,7 +34,7 @@ from .similarity import (
     sketch,
     stable_hash,
 )
-from .stores._base import dumps
+from .stores._base import dumps, loads
 
 Mark = Literal["progress", "no_progress", "waiting", "neutral"]
 _KEEP = 8192  # characters of a result kept per step
@@ -65,6 +67,7 @@ class Observation:
     _shingles: frozenset[str] | None = None
     _sketch: frozenset[str] | None = None
     _arg_grams: frozenset[str] | None = None
+    _json: str | None = None  # the step as stored in a session record (made once)
     _nkey: str | None = None  # set for a long result read back from a session record
     _nlen: int = -1
 
@@ -559,6 +562,7 @@ class Monitor:
         earlier = last.get(step.key)
         if earlier is not None and (step.status is CACHED or step.status is CORRECTED):
             earlier.unchanged = True  # served again: the result did not change
+            earlier._json = None
         else:
             last[step.key] = step
 
@@ -571,7 +575,9 @@ class Monitor:
         at = {id(o): i for i, o in enumerate(window)}
         page = self._page
         return {
-            "w": [_dump_step(o) for o in window],
+            # one JSON text: each step is encoded once, and the record's own encoding
+            # then copies a string instead of walking every step again
+            "w": "[" + ",".join([o._json or _dump_step(o) for o in window]) + "]",
             "last": {k: at[id(o)] for k, o in self._last_of_key.items() if id(o) in at},
             "page": -1 if page is None else at.get(id(page), -1),
             "rk": self.repeat_key,
@@ -581,13 +587,17 @@ class Monitor:
             "n": self.pushed,
             "err": {t: list(v) for t, v in self._errors.items()},
             "polls": {k: list(v) for k, v in self._polls.items()},
-            "lv": {t: v for t, v in self._last_value.items() if _small_json(v)},
+            "lv": {
+                t: v
+                for t, v in ((t, _json_copy(v)) for t, v in self._last_value.items())
+                if v is not _NOT_KEPT
+            },
         }
 
     def restore(self, data: Mapping[str, Any]) -> None:
         """Replace this monitor's state by a ``snapshot()`` (of any worker)."""
         self.user_turn()
-        for item in data["w"]:
+        for item in orjson.loads(data["w"]):
             step = _load_step(item)
             self.window.append(step)
             self._keys[step.key] = self._keys.get(step.key, 0) + 1
@@ -687,33 +697,36 @@ _VALUE_KEPT = 4096  # a last result kept for progress= and progress_fields up to
 _STATUS = {s.value: s for s in (CACHED, CORRECTED, ERROR, EXECUTED, FALLBACK, REPLAYED, UNKNOWN)}
 
 
-def _dump_step(o: Observation) -> list[Any]:
+def _dump_step(o: Observation) -> str:
     norm = o.norm
     if norm is not None and len(norm) > _CAPPED:
         # shingles and sketch read only the head and tail: keep those, compare by digest
         norm = norm[: _CAPPED // 2] + "\x00" + norm[-_CAPPED // 2 :]
     text = o.text
     size = -1 if text is None else len(text)
-    return [
-        o.index,
-        o.tool,
-        o.key,
-        o.args_id,
-        o.effect,
-        o.status.value,
-        None if text is None else text[:_TEXT_KEPT],
-        size,
-        norm,
-        None if o.norm is None or norm is o.norm else o.nkey,
-        o.nlen,
-        o.error,
-        o.mark,
-        o.args,
-        o.duplicate,
-        o.unchanged,
-        sorted(o.units),
-        o.probe,
-    ]
+    o._json = orjson.dumps(
+        [
+            o.index,
+            o.tool,
+            o.key,
+            o.args_id,
+            o.effect,
+            o.status.value,
+            None if text is None else text[:_TEXT_KEPT],
+            size,
+            norm,
+            None if o.norm is None or norm is o.norm else o.nkey,
+            o.nlen,
+            o.error,
+            o.mark,
+            o.args,
+            o.duplicate,
+            o.unchanged,
+            sorted(o.units),
+            o.probe,
+        ]
+    ).decode()
+    return o._json
 
 
 def _load_step(item: Sequence[Any]) -> Observation:
@@ -733,11 +746,16 @@ def _load_step(item: Sequence[Any]) -> Observation:
     return step
 
 
-def _small_json(value: Any) -> bool:
+_NOT_KEPT = object()
+
+
+def _json_copy(value: Any) -> Any:
+    """A copy through JSON (the caller may change the value later), when it is small."""
     try:
-        return len(dumps(value)) <= _VALUE_KEPT
+        text = dumps(value)
     except Exception:  # not JSON: progress= and progress_fields restart on another worker
-        return False
+        return _NOT_KEPT
+    return loads(text) if len(text) <= _VALUE_KEPT else _NOT_KEPT
 
 
 def _sha(text: str) -> str:
