@@ -9,8 +9,10 @@ most, whatever the length of the run.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import hashlib
+import struct
 from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NamedTuple, Protocol
@@ -722,7 +724,7 @@ def _dump_step(o: Observation) -> str:
             o.args,
             o.duplicate,
             o.unchanged,
-            sorted(o.units),
+            base64.b64encode(struct.pack(f"<{len(o.units)}Q", *o.units)).decode(),  # 11 B a unit
             o.probe,
         ]
     ).decode()
@@ -739,7 +741,8 @@ def _load_step(item: Sequence[Any]) -> Observation:
         index, tool, key, args_id, effect, _STATUS[status], text, norm, error, mark, args
     )
     step.duplicate, step.unchanged = duplicate, unchanged
-    step.units, step.probe = frozenset(units), probe
+    packed = base64.b64decode(units)
+    step.units, step.probe = frozenset(struct.unpack(f"<{len(packed) // 8}Q", packed)), probe
     if nkey is not None:
         step._nkey = nkey
     step._nlen = nlen
