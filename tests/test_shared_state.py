@@ -200,3 +200,38 @@ def test_a_monitor_restored_from_its_snapshot_judges_every_step_alike() -> None:
         restored = _monitor()
         restored.restore(moved.snapshot())  # the step moves to another worker
         moved = restored
+
+
+def _flaky_gov(path: Path) -> headway.Governor:
+    gov = headway.Governor(store=headway.SQLiteStore(str(path / "s.db")), sleep=lambda s: None)
+    failed: set[int] = set()
+
+    def fetch(n: int) -> str:
+        if n not in failed:  # each new n fails once, then answers
+            failed.add(n)
+            raise ConnectionError("reset")
+        return f"page {n}"
+
+    gov.register("fetch", fetch, effect="read", retry=headway.Retry(attempts=5), breaker=False)
+    return gov
+
+
+def test_retries_on_two_workers_spend_one_retry_budget(tmp_path: Path) -> None:
+    a, b = _flaky_gov(tmp_path), _flaky_gov(tmp_path)
+    budgets = headway.Budgets(retries_per_tool=3)
+    assert a.session("r", budgets=budgets).call("fetch", {"n": 1}).attempts == 2
+    assert b.session("r", budgets=budgets).call("fetch", {"n": 2}).attempts == 2
+    assert _record(a, "r")["meter"][6] == {"fetch": 2}
+    assert a.session("r", budgets=budgets).call("fetch", {"n": 3}).attempts == 2  # the third
+    with pytest.raises(headway.BudgetExceeded) as stop:
+        b.session("r", budgets=budgets).call("fetch", {"n": 4})
+    assert stop.value.diagnostic["budget_type"] == "retries_per_tool"
+
+
+async def test_async_calls_share_the_session_like_sync_ones(tmp_path: Path) -> None:
+    a, b = _gov(tmp_path), _gov(tmp_path)
+    assert (await a.session("r").acall("price", {"sku": 1})).status is headway.Status.EXECUTED
+    assert (await b.session("r").acall("price", {"sku": 1})).status is headway.Status.CACHED
+    await b.session("r").acall("pay", {"order": 1})
+    assert (await a.session("r").acall("price", {"sku": 1})).step == 3
+    assert (await a.session("r").acall("price", {"sku": 1})).status is headway.Status.CACHED

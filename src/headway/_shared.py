@@ -196,6 +196,7 @@ def fetch(gov: Governor, st: SessionState) -> None:
         return
     with st.lock:
         if isinstance(rec, dict):
-            load(st, rec, gov.clock())
+            if rec != st.remote:  # unchanged since this worker's last step: nothing to read
+                load(st, rec, gov.clock())
         elif st.remote is not None or "*" not in st.generation:
             load(st, None, gov.clock())  # new, or expired meanwhile: the run starts afresh

@@ -137,10 +137,12 @@ class Meter:
             limit = _limit(limit, tool)
         if limit is not None and used >= limit:
             return ("per_tool_calls", limit, used, f"The call budget of {tool} is used up.")
-        limit = b.retries_per_tool
-        if limit is None:
-            return None
-        if type(limit) is not int:
+        return None if b.retries_per_tool is None else self.retries_used_up(tool)
+
+    def retries_used_up(self, tool: str) -> tuple[str, float, float, str] | None:
+        """The retry budget of ``tool``, when its retries reached it."""
+        limit = self.budgets.retries_per_tool
+        if limit is not None and type(limit) is not int:
             limit = _limit(limit, tool)
         retries = self.retries.get(tool, 0)
         if limit is not None and retries >= limit:
