@@ -235,3 +235,11 @@ async def test_async_calls_share_the_session_like_sync_ones(tmp_path: Path) -> N
     await b.session("r").acall("pay", {"order": 1})
     assert (await a.session("r").acall("price", {"sku": 1})).step == 3
     assert (await a.session("r").acall("price", {"sku": 1})).status is headway.Status.CACHED
+
+
+def test_an_unreadable_record_starts_the_run_afresh_and_is_replaced(tmp_path: Path) -> None:
+    gov = _gov(tmp_path)
+    gov.store.set(gov.session_key("r"), {"steps": "many"})
+    out = gov.session("r").call("search", {"q": "x"})
+    assert out.status is headway.Status.EXECUTED and out.step == 0
+    assert _record(gov, "r")["steps"] == 1

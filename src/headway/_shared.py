@@ -71,7 +71,17 @@ def dump(st: SessionState, now: float) -> dict[str, Any]:
 
 
 def load(st: SessionState, rec: dict[str, Any] | None, now: float) -> None:
-    """Make the local state the record's (None: a run seen for the first time, or expired)."""
+    """Make the local state the record's (None: a run seen for the first time, or expired).
+    A record this version cannot read starts the run afresh; the next swap replaces it."""
+    try:
+        _load(st, rec, now)
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+        log.warning("unreadable session record (%s): %s", st.session_id, scrub(describe(exc)))
+        _load(st, None, now)
+        st.remote = rec
+
+
+def _load(st: SessionState, rec: dict[str, Any] | None, now: float) -> None:
     st.remote = rec
     unsynced = st.meter.unsynced
     if rec is None:
@@ -82,7 +92,8 @@ def load(st: SessionState, rec: dict[str, Any] | None, now: float) -> None:
         # an epoch no earlier entry can have: a run that starts again never reads a stale cache
         st.generation["*"] = int(now * 1000)
         st.unknown_writes.clear()
-        st.monitor.user_turn()
+        if st.make_monitor is not None:
+            st.monitor = st.make_monitor()
         st.agents.clear()
         st.epoch += 1
         return
