@@ -243,3 +243,44 @@ def test_an_unreadable_record_starts_the_run_afresh_and_is_replaced(tmp_path: Pa
     out = gov.session("r").call("search", {"q": "x"})
     assert out.status is headway.Status.EXECUTED and out.step == 0
     assert _record(gov, "r")["steps"] == 1
+
+
+def test_a_worker_holding_a_handle_never_serves_a_read_from_before_anothers_write(
+    tmp_path: Path,
+) -> None:
+    a, b = _gov(tmp_path), _gov(tmp_path)
+    sa, sb = a.session("r"), b.session("r")  # b's copy of the record goes stale below
+    assert sa.call("price", {"sku": 1}).status is headway.Status.EXECUTED
+    assert sb.call("price", {"sku": 1}).status is headway.Status.CACHED
+    sa.call("pay", {"order": 1})
+    out = sb.call("price", {"sku": 1})  # looked up under b's old epochs first: redone
+    assert out.status is headway.Status.EXECUTED and out.step == 3
+
+
+class Counting:
+    def __init__(self, inner: headway.Store) -> None:
+        self.inner, self.blocking, self.ops = inner, inner.blocking, 0
+
+    def __getattr__(self, name: str) -> Any:
+        fn = getattr(self.inner, name)
+
+        def op(*args: Any) -> Any:
+            self.ops += name != "close"
+            return fn(*args)
+
+        return op
+
+
+def test_a_cached_read_on_an_unchanged_record_costs_two_round_trips(tmp_path: Path) -> None:
+    store = Counting(headway.SQLiteStore(str(tmp_path / "s.db")))
+    gov = headway.Governor(store=store)
+    _tools(gov)
+    s = gov.session("r")
+    s.call("price", {"sku": 1})
+    before = store.ops
+    assert s.call("price", {"sku": 2}).status is headway.Status.EXECUTED
+    # look up, take the step, claim the flight, cache the result, release it, settle
+    assert store.ops - before == 6
+    before = store.ops
+    assert s.call("price", {"sku": 1}).status is headway.Status.CACHED
+    assert store.ops - before == 2  # look up, then take and settle the step in one swap

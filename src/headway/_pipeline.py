@@ -24,7 +24,7 @@ from ._call import Call, describe, identity, recordable, result_text
 from ._canonical import canonical_json, digest
 from ._effects import Blocking, Plan, Sleep, Wait
 from ._settle import bump, check_stop, settle, settle_shared
-from ._shared import reserve
+from ._shared import Moved, reserve
 from ._spec import ToolSpec
 from .audit import summarize
 from .errors import ArgumentError
@@ -122,16 +122,44 @@ def _early(gov: Governor, st: SessionState, c: Call) -> Call | Outcome:
 
 def plan(gov: Governor, st: SessionState, c: Call) -> Plan[Outcome]:
     """The rest of a call begun by ``begin()``: everything that may wait on I/O."""
-    if st.shared:  # the session's record in the store: take the step, run, settle in it
-        yield from reserve(gov, st, c)
-        if not c.early:
-            yield from (_read if c.effect == "read" else _write)(gov, st, c)
-        return (yield from settle_shared(gov, st, c))
+    if st.shared:
+        return (yield from _shared_plan(gov, st, c))
     if c.effect == "read":
         yield from _read(gov, st, c)
     else:
         yield from _write(gov, st, c)
     return settle(gov, st, c)
+
+
+def _shared_plan(gov: Governor, st: SessionState, c: Call) -> Plan[Outcome]:
+    """The session's state is a record in the store: take the step, run, settle in it.
+
+    A cached read is first looked up under the cache epochs this worker last saw; served
+    (or corrected), it takes and settles its step in one swap, which succeeds only if the
+    record is still the one it saw (so were the epochs): two round trips, not three."""
+    seen = st.remote
+    optimistic = c.effect == "read" and not c.early and seen is not None and gov.enforce
+    if optimistic and c.spec.cacheable():
+        entry = yield from store_op(gov, c, "get", _cache_key(gov, st, c))
+        if _served(gov, st, c, entry):
+            try:
+                return (yield from settle_shared(gov, st, c, seen))
+            except Moved:
+                c = _again(gov, c)  # the record moved on: the full path, from the start
+        else:
+            c.looked_up = True
+    if not (yield from reserve(gov, st, c, seen)):
+        c.looked_up = False  # looked up under epochs that may be older: look again
+    if not c.early:
+        yield from (_read if c.effect == "read" else _write)(gov, st, c)
+    return (yield from settle_shared(gov, st, c))
+
+
+def _again(gov: Governor, c: Call) -> Call:
+    """The call as ``begin()`` made it, without what an abandoned decision added."""
+    fresh = _new_call(gov, c.spec, c.spec.name, c.args, c.canon, c.started)
+    fresh.agent, fresh.fn, fresh.fn_async = c.agent, c.fn, c.fn_async
+    return fresh
 
 
 _MAY_HAVE_CHANGED = frozenset((EXECUTED, REPLAYED, UNKNOWN))

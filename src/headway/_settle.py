@@ -62,11 +62,25 @@ def settle(gov: Governor, st: SessionState, c: Call) -> Outcome:
     return _finish(gov, st, c, now, judged)
 
 
-def settle_shared(gov: Governor, st: SessionState, c: Call) -> Plan[Outcome]:
+def settle_shared(gov: Governor, st: SessionState, c: Call, seen: Any = None) -> Plan[Outcome]:
     """``settle`` for a session shared by workers: the step is judged against the record
-    (again, if another worker changed it meanwhile) and written back with it."""
+    (again, if another worker changed it meanwhile) and written back with it.
+
+    ``seen``: a read served (or corrected) from what this worker knew of the record, which
+    takes its step now, in the same swap; raises ``_shared.Moved`` when the record is no
+    longer ``seen`` (the read is then looked up again)."""
     now = gov.clock()
-    judged = yield from _shared.update(gov, st, c, lambda: _judge(gov, st, c, now))
+    if seen is None:
+        judged = yield from _shared.update(gov, st, c, lambda: _judge(gov, st, c, now))
+        return _finish(gov, st, c, now, judged)
+
+    def take_and_judge() -> _Judged:
+        if st.remote is not seen:
+            raise _shared.Moved
+        _shared.take(gov, st, c)
+        return _judge(gov, st, c, now)
+
+    judged = yield from _shared.update(gov, st, c, take_and_judge, rounds=1)
     return _finish(gov, st, c, now, judged)
 
 

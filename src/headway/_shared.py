@@ -118,13 +118,24 @@ def _load(st: SessionState, rec: dict[str, Any] | None, now: float) -> None:
         st.monitor_of(name).restore(snap)
 
 
-def update(gov: Governor, st: SessionState, c: Call | None, change: Callable[[], T]) -> Plan[T]:
+class Moved(Exception):  # noqa: N818 - a signal between the pipeline and this module
+    """The record changed since a decision this worker made on its copy of it."""
+
+
+def update(
+    gov: Governor,
+    st: SessionState,
+    c: Call | None,
+    change: Callable[[], T],
+    rounds: int = _ROUNDS,
+) -> Plan[T]:
     """Apply ``change`` to the session state and to its record, atomically: compare-and-set
     against the record as this worker last knew it; on a conflict read it and apply the
-    change again. The store failing leaves the change applied locally (flagged)."""
+    change again (``rounds=1``: raise ``Moved`` instead). The store failing leaves the
+    change applied locally (flagged)."""
     key = gov.session_key(st.session_id)
     store, ttl = gov.store, gov.session_ttl_s
-    for round_ in range(_ROUNDS):
+    for round_ in range(rounds):
         with st.lock:
             expected = st.remote
             result = change()  # may raise Stop: nothing was written
@@ -155,6 +166,8 @@ def update(gov: Governor, st: SessionState, c: Call | None, change: Callable[[],
             # the record moved on: this change (and any other in flight here) is redone
             # on top of it; each retried change rebuilds its own part
             load(st, current if isinstance(current, dict) else None, gov.clock())
+        if rounds == 1:
+            raise Moved
         if round_ >= 2:  # a hot session: spread the retries out
             yield Sleep(random.uniform(0, 0.001 * min(round_, 20)))
     if c is not None:
@@ -173,24 +186,34 @@ def _degrade(st: SessionState, c: Call | None, exc: BaseException, expected: Any
         log.warning("%s (session %s)", scrub(text), st.session_id)
 
 
-def reserve(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
+def take(gov: Governor, st: SessionState, c: Call) -> None:
     """Take the call's step: raise the session's stop, or count the step against the
     budgets. A step that reaches a budget stops the session at once (every worker's next
     call raises), so concurrent calls never run past the budget."""
     from ._settle import check_stop
 
-    def take() -> None:
-        check_stop(gov, st)
-        index = st.steps
-        st.steps += 1
-        reached = st.meter.count_call(c.spec.name)
-        c.index, c.reached = index, reached
-        if reached is not None and gov.enforce and st.stop is None:
-            # provisional: settling this step writes the diagnostic it ends with
-            st.stop = BudgetExceeded(diagnostic(*reached, index, st.monitor.last_progress_step))
-            st.provisional = index
+    check_stop(gov, st)
+    index = st.steps
+    st.steps += 1
+    reached = st.meter.count_call(c.spec.name)
+    c.index, c.reached = index, reached
+    if reached is not None and gov.enforce and st.stop is None:
+        # provisional: settling this step writes the diagnostic it ends with
+        st.stop = BudgetExceeded(diagnostic(*reached, index, st.monitor.last_progress_step))
+        st.provisional = index
 
-    yield from update(gov, st, c, take)
+
+def reserve(gov: Governor, st: SessionState, c: Call, seen: Any = None) -> Plan[bool]:
+    """``take`` the step in the record before the call runs; True when it was taken on the
+    record ``seen`` (what this worker knew when it looked the call up)."""
+    attempts: list[bool] = []
+
+    def change() -> None:
+        attempts.append(seen is not None and st.remote is seen)
+        take(gov, st, c)
+
+    yield from update(gov, st, c, change)
+    return attempts == [True]
 
 
 def run_now(gov: Governor, st: SessionState, change: Callable[[], T]) -> T:
