@@ -580,7 +580,7 @@ class Monitor:
             # one JSON text: each step is encoded once, and the record's own encoding
             # then copies a string instead of walking every step again
             "w": "[" + ",".join([o._json or _dump_step(o) for o in window]) + "]",
-            "last": {k: at[id(o)] for k, o in self._last_of_key.items() if id(o) in at},
+            "last": [at[id(o)] for o in self._last_of_key.values() if id(o) in at],  # by key
             "page": -1 if page is None else at.get(id(page), -1),
             "rk": self.repeat_key,
             "r": self.repeat,
@@ -610,7 +610,7 @@ class Monitor:
                 for u in step.units:
                     self._units[u] = self._units.get(u, 0) + 1
         window = list(self.window)
-        self._last_of_key = {k: window[i] for k, i in data["last"].items() if i < len(window)}
+        self._last_of_key = {window[i].key: window[i] for i in data["last"] if i < len(window)}
         page = data["page"]
         self._page = window[page] if 0 <= page < len(window) else None
         self.repeat_key, self.repeat = data["rk"], data["r"]
@@ -711,7 +711,7 @@ def _dump_step(o: Observation) -> str:
             o.index,
             o.tool,
             o.key,
-            o.args_id,
+            None if o.key == f"{o.tool}:{o.args_id}" else o.args_id,  # most keys hold it
             o.effect,
             o.status.value,
             None if text is None else text[:_TEXT_KEPT],
@@ -734,6 +734,8 @@ def _dump_step(o: Observation) -> str:
 def _load_step(item: Sequence[Any]) -> Observation:
     (index, tool, key, args_id, effect, status, text, size, norm, nkey, nlen) = item[:11]
     error, mark, args, duplicate, unchanged, units, probe = item[11:]
+    if args_id is None:
+        args_id = key[len(tool) + 1 :]
     if text is not None and size > len(text):
         # corrections say how much of the text they leave out: keep its length
         text += "\x00" * (size - len(text))
