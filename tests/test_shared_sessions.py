@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 import headway
@@ -83,8 +84,9 @@ class Workers:
             rec = gov.store.get(f"{self.namespace}:sess:{{{run_id}}}")
         finally:
             gov.close()
-        assert isinstance(rec, dict)
-        return rec
+        assert isinstance(rec, str)  # one JSON text
+        parsed: dict[str, Any] = orjson.loads(rec)
+        return parsed
 
     def close(self) -> None:
         for q in self.inboxes:

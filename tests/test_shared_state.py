@@ -11,9 +11,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 import headway
+from conftest import present
 from headway.detectors import Monitor
 from headway.similarity import DEFAULT_NORMALIZERS
 
@@ -48,7 +50,9 @@ def _tools(gov: headway.Governor) -> None:
 
 
 def _record(gov: headway.Governor, run_id: str) -> Any:
-    return gov.store.get(gov.session_key(run_id))
+    """The session record as the store holds it (one JSON text), parsed."""
+    text = gov.store.get(gov.session_key(run_id))
+    return None if text is None else orjson.loads(text)
 
 
 def test_memory_store_keeps_the_session_in_the_process(tmp_path: Path) -> None:
@@ -148,7 +152,7 @@ def test_the_record_stays_bounded_however_long_the_run(tmp_path: Path) -> None:
     for n in range(120):
         s.call("read", {"n": n})
         if n in (59, 119):
-            sizes.append(len(headway.stores._base.dumps(_record(gov, "r"))))
+            sizes.append(len(present(gov.store.get(gov.session_key("r")))))
     assert sizes[1] < 1.1 * sizes[0]  # a full window: no growth with the run
     # per step at most a shingling excerpt (4 KB), a text head (1.5 KB), content units
     assert sizes[1] < 32 * 10_000
@@ -198,7 +202,8 @@ def test_a_monitor_restored_from_its_snapshot_judges_every_step_alike() -> None:
             verdicts.append((before, v.mark, v.signals, v.correction, v.stop))
         assert verdicts[0] == verdicts[1], i
         restored = _monitor()
-        restored.restore(moved.snapshot())  # the step moves to another worker
+        # the step moves to another worker, through the record's JSON
+        restored.restore(orjson.loads(orjson.dumps(moved.snapshot())))
         moved = restored
 
 

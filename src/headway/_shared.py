@@ -29,6 +29,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import orjson
+
 from ._call import Call, describe
 from ._effects import Blocking, Plan, Sleep, drive_sync
 from ._redact import scrub
@@ -47,13 +49,15 @@ _MAX_AGENTS = 64  # agents whose detector streams the record keeps (the most rec
 _STOPS: dict[str, type[Stop]] = {"loop": LoopDetected, "budget": BudgetExceeded}
 
 
-def dump(st: SessionState, now: float) -> dict[str, Any]:
-    """The session record: JSON, bounded by the window, not by the length of the run."""
+def dump(st: SessionState, now: float) -> str:
+    """The session record, bounded by the window, not by the length of the run.
+
+    Stored as one JSON text (a string value): a swap compares the text this worker wrote
+    or read, never a value encoded again, and the detector steps are encoded once each."""
     m = st.meter
     stop = st.stop
     agents = list(st.agents.items())[-_MAX_AGENTS:]
-    return {
-        "n": (st.remote or {}).get("n", 0) + 1,
+    record = {
         "t": now,
         "steps": st.steps,
         "stop": None
@@ -68,12 +72,15 @@ def dump(st: SessionState, now: float) -> dict[str, Any]:
         "mon": st.monitor.snapshot(),
         "agents": {name: mon.snapshot() for name, mon in agents},
     }
+    return orjson.dumps(record).decode()
 
 
-def load(st: SessionState, rec: dict[str, Any] | None, now: float) -> None:
+def load(st: SessionState, rec: Any, now: float) -> None:
     """Make the local state the record's (None: a run seen for the first time, or expired).
     A record this version cannot read starts the run afresh; the next swap replaces it."""
     try:
+        if rec is not None and not isinstance(rec, str):
+            raise TypeError(f"a session record is a JSON text, not {type(rec).__name__}")
         _load(st, rec, now)
     except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
         log.warning("unreadable session record (%s): %s", st.session_id, scrub(describe(exc)))
@@ -81,10 +88,10 @@ def load(st: SessionState, rec: dict[str, Any] | None, now: float) -> None:
         st.remote = rec
 
 
-def _load(st: SessionState, rec: dict[str, Any] | None, now: float) -> None:
-    st.remote = rec
+def _load(st: SessionState, text: str | None, now: float) -> None:
+    st.remote = text
     unsynced = st.meter.unsynced
-    if rec is None:
+    if text is None:
         st.steps, st.stop, st.provisional, st.would_stop = 0, None, None, None
         st.meter = Meter(st.meter.budgets, now)
         st.meter.unsynced = unsynced
@@ -97,6 +104,7 @@ def _load(st: SessionState, rec: dict[str, Any] | None, now: float) -> None:
         st.agents.clear()
         st.epoch += 1
         return
+    rec = orjson.loads(text)
     st.steps = rec["steps"]
     stop = rec["stop"]
     st.stop = None if stop is None else _STOPS[stop[0]](stop[1])
@@ -165,7 +173,7 @@ def update(
         with st.lock:
             # the record moved on: this change (and any other in flight here) is redone
             # on top of it; each retried change rebuilds its own part
-            load(st, current if isinstance(current, dict) else None, gov.clock())
+            load(st, current, gov.clock())
         if rounds == 1:
             raise Moved
         if round_ >= 2:  # a hot session: spread the retries out
@@ -229,7 +237,7 @@ def fetch(gov: Governor, st: SessionState) -> None:
         log.warning("store unavailable at session start (%s): %s", st.session_id, scrub(str(exc)))
         return
     with st.lock:
-        if isinstance(rec, dict):
+        if rec is not None:
             if rec != st.remote:  # unchanged since this worker's last step: nothing to read
                 load(st, rec, gov.clock())
         elif st.remote is not None or "*" not in st.generation:

@@ -33,7 +33,7 @@ class SessionState:
     # a session shared by workers (``_shared``): the record as last read or written here,
     # and the step whose budget stop is provisional until that step settles
     shared: bool = False
-    remote: dict[str, Any] | None = None
+    remote: str | None = None
     provisional: int | None = None
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
     # multi-agent runs: each named agent's own repeat / cycle / no-progress stream

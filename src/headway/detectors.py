@@ -36,7 +36,6 @@ from .similarity import (
     sketch,
     stable_hash,
 )
-from .stores._base import dumps, loads
 
 Mark = Literal["progress", "no_progress", "waiting", "neutral"]
 _KEEP = 8192  # characters of a result kept per step
@@ -579,7 +578,7 @@ class Monitor:
         return {
             # one JSON text: each step is encoded once, and the record's own encoding
             # then copies a string instead of walking every step again
-            "w": "[" + ",".join([o._json or _dump_step(o) for o in window]) + "]",
+            "w": orjson.Fragment("[" + ",".join([o._json or _dump_step(o) for o in window]) + "]"),
             "last": [at[id(o)] for o in self._last_of_key.values() if id(o) in at],  # by key
             "page": -1 if page is None else at.get(id(page), -1),
             "rk": self.repeat_key,
@@ -599,7 +598,7 @@ class Monitor:
     def restore(self, data: Mapping[str, Any]) -> None:
         """Replace this monitor's state by a ``snapshot()`` (of any worker)."""
         self.user_turn()
-        for item in orjson.loads(data["w"]):
+        for item in data["w"]:
             step = _load_step(item)
             self.window.append(step)
             self._keys[step.key] = self._keys.get(step.key, 0) + 1
@@ -757,10 +756,10 @@ _NOT_KEPT = object()
 def _json_copy(value: Any) -> Any:
     """A copy through JSON (the caller may change the value later), when it is small."""
     try:
-        text = dumps(value)
+        text = orjson.dumps(value)
     except Exception:  # not JSON: progress= and progress_fields restart on another worker
         return _NOT_KEPT
-    return loads(text) if len(text) <= _VALUE_KEPT else _NOT_KEPT
+    return orjson.loads(text) if len(text) <= _VALUE_KEPT else _NOT_KEPT
 
 
 def _sha(text: str) -> str:
