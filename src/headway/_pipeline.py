@@ -8,6 +8,8 @@ waits are yielded as effects (``_effects``) that the sync or async driver perfor
     write: keyed? -> idempotency (claim, replay, reconcile) -> attempts -> record
            unkeyed -> UNKNOWN rule -> attempts -> invalidate the session's reads
     settle: budgets, progress mark, signals, escalation, stop, audit -> Outcome
+    a session shared by workers (``_shared``): the step is taken in its record in the store
+           before the call runs, and settled in it (a cached read: both in one swap)
 
 Attempts (timeouts, retries, breaker) are in ``_attempts``; settling is in ``_settle``.
 """
@@ -158,7 +160,7 @@ def _shared_plan(gov: Governor, st: SessionState, c: Call) -> Plan[Outcome]:
 def _again(gov: Governor, c: Call) -> Call:
     """The call as ``begin()`` made it, without what an abandoned decision added."""
     fresh = _new_call(gov, c.spec, c.spec.name, c.args, c.canon, c.started)
-    fresh.agent, fresh.fn, fresh.fn_async = c.agent, c.fn, c.fn_async
+    fresh.agent, fresh.fn, fresh.fn_async, fresh.flags = c.agent, c.fn, c.fn_async, c.flags
     return fresh
 
 

@@ -11,6 +11,9 @@ Each call changes the record twice, both times by compare-and-set over the whole
     (the tool runs, uncoupled from the record)
     settle:  judge the step (marks, corrections, loop stop), bump the cache epochs
 
+A cached read does both in one swap after its lookup, which it made under the cache
+epochs this worker last saw: the swap succeeds only if the record is still that one.
+
 A change is a function of the session state, applied in memory to the state the record
 last held; when another worker changed the record in between, the swap fails, the
 record is read again and the same change is applied to it (the decision core does no
