@@ -289,3 +289,14 @@ def test_a_cached_read_on_an_unchanged_record_costs_two_round_trips(tmp_path: Pa
     before = store.ops
     assert s.call("price", {"sku": 1}).status is headway.Status.CACHED
     assert store.ops - before == 2  # look up, then take and settle the step in one swap
+
+
+def test_a_result_with_a_lone_surrogate_is_judged_and_shared_without_an_error(
+    tmp_path: Path,
+) -> None:
+    a, b = _gov(tmp_path), _gov(tmp_path)
+    for gov in (a, b):
+        gov.register("odd", lambda: "half a pair: \ud800", effect="read")
+    assert a.session("r").call("odd").status is headway.Status.EXECUTED
+    assert b.session("r").call("odd").status is headway.Status.EXECUTED
+    assert _record(a, "r")["steps"] == 2

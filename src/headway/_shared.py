@@ -151,8 +151,14 @@ def update(
             expected = st.remote
             result = change()  # may raise Stop: nothing was written
             sent = dict(st.meter.unsynced)
-            new = dump(st, gov.clock())
-            st.remote = new  # later changes in this process build on this one
+            try:
+                new: str | None = dump(st, gov.clock())
+                st.remote = new  # later changes in this process build on this one
+            except (TypeError, ValueError) as exc:  # cannot be written: kept here only
+                new, unwritable = None, exc
+        if new is None:
+            _degrade(st, c, unwritable, expected, None)
+            return result
         try:
             if expected is None:
                 ok = yield Blocking(store.add, (key, new, ttl))

@@ -705,29 +705,37 @@ def _dump_step(o: Observation) -> str:
         norm = norm[: _CAPPED // 2] + "\x00" + norm[-_CAPPED // 2 :]
     text = o.text
     size = -1 if text is None else len(text)
-    o._json = orjson.dumps(
-        [
-            o.index,
-            o.tool,
-            o.key,
-            None if o.key == f"{o.tool}:{o.args_id}" else o.args_id,  # most keys hold it
-            o.effect,
-            o.status.value,
-            None if text is None else text[:_TEXT_KEPT],
-            size,
-            norm,
-            None if o.norm is None or norm is o.norm else o.nkey,
-            o.nlen,
-            o.error,
-            o.mark,
-            o.args,
-            o.duplicate,
-            o.unchanged,
-            base64.b64encode(struct.pack(f"<{len(o.units)}Q", *o.units)).decode(),  # 11 B a unit
-            o.probe,
-        ]
-    ).decode()
+    fields = [
+        o.index,
+        o.tool,
+        o.key,
+        None if o.key == f"{o.tool}:{o.args_id}" else o.args_id,  # most keys hold it
+        o.effect,
+        o.status.value,
+        None if text is None else text[:_TEXT_KEPT],
+        size,
+        norm,
+        None if o.norm is None or norm is o.norm else o.nkey,
+        o.nlen,
+        o.error,
+        o.mark,
+        o.args,
+        o.duplicate,
+        o.unchanged,
+        base64.b64encode(struct.pack(f"<{len(o.units)}Q", *o.units)).decode(),  # 11 B a unit
+        o.probe,
+    ]
+    try:
+        o._json = orjson.dumps(fields).decode()
+    except orjson.JSONEncodeError:  # a lone surrogate in a result: stored replaced
+        o._json = orjson.dumps([_valid(f) for f in fields]).decode()
     return o._json
+
+
+def _valid(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.encode("utf-8", "replace").decode("utf-8")
+    return value
 
 
 def _load_step(item: Sequence[Any]) -> Observation:
