@@ -300,3 +300,23 @@ def test_a_result_with_a_lone_surrogate_is_judged_and_shared_without_an_error(
     assert a.session("r").call("odd").status is headway.Status.EXECUTED
     assert b.session("r").call("odd").status is headway.Status.EXECUTED
     assert _record(a, "r")["steps"] == 2
+
+
+def test_each_agents_stream_continues_on_another_worker(tmp_path: Path) -> None:
+    a, b = _gov(tmp_path), _gov(tmp_path)
+    a.session("r").call("search", {"q": "x"}, agent="scout")
+    b.session("r").call("search", {"q": "x"}, agent="scout")
+    a.session("r").call("search", {"q": "x"}, agent="writer")  # its own stream: new to it
+    out = b.session("r").call("search", {"q": "x"}, agent="scout")  # the scout's third
+    assert out.status is headway.Status.CORRECTED
+    assert out.correction is not None and out.correction.startswith("[agent scout]")
+
+
+def test_shadow_mode_records_the_stop_another_worker_would_have_made(tmp_path: Path) -> None:
+    a, b = _gov(tmp_path, enforce=False), _gov(tmp_path, enforce=False)
+    budgets = headway.Budgets(tool_calls=2)
+    a.session("r", budgets=budgets).call("pay", {"order": 1})
+    b.session("r", budgets=budgets).call("pay", {"order": 2})  # the second call of the run
+    assert b.audit_records("r")[-1]["would"] == "stop"
+    out = a.session("r", budgets=budgets).call("pay", {"order": 3})  # runs: shadow mode
+    assert out.status is headway.Status.EXECUTED
