@@ -26,7 +26,7 @@ from ._call import Call, describe, identity, recordable, result_text
 from ._canonical import canonical_json, digest
 from ._effects import Blocking, Plan, Sleep, Wait
 from ._settle import bump, check_stop, settle, settle_shared
-from ._shared import Moved, reserve
+from ._shared import Moved, counts_calls, refresh, reserve
 from ._spec import ToolSpec
 from .audit import summarize
 from .errors import ArgumentError
@@ -150,7 +150,8 @@ def _shared_plan(gov: Governor, st: SessionState, c: Call) -> Plan[Outcome]:
                 c = _again(gov, c)  # the record moved on: the full path, from the start
         else:
             c.looked_up = True
-    if not (yield from reserve(gov, st, c, seen)):
+    take = reserve if counts_calls(st) else refresh
+    if not (yield from take(gov, st, c, seen)):
         c.looked_up = False  # looked up under epochs that may be older: look again
     if not c.early:
         yield from (_read if c.effect == "read" else _write)(gov, st, c)

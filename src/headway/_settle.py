@@ -100,6 +100,7 @@ def _judge(gov: Governor, st: SessionState, c: Call, now: float) -> _Judged:
         index, reached = c.index, c.reached
         if reached is None and st.meter.budgets.retries_per_tool is not None:
             reached = st.meter.retries_used_up(spec.name)  # retries made by this call
+    if st.shared:  # applied again when the record is read again after a conflict
         if c.bumps:
             bump(st, c.bumps)
         if c.reconcile_key is not None and c.status is UNKNOWN and c.idem_key is None:

@@ -233,6 +233,32 @@ def reserve(gov: Governor, st: SessionState, c: Call, seen: Any = None) -> Plan[
     return attempts == [True]
 
 
+def refresh(gov: Governor, st: SessionState, c: Call, seen: Any = None) -> Plan[bool]:
+    """Before a call that runs in a session without call budgets: read the record (a get,
+    cheaper than a swap) and raise its stop, if any; the step is taken when it settles.
+    True when the record is still ``seen``. (With call budgets, ``reserve`` takes the
+    step before the call runs, so concurrent calls never run past the budget.)"""
+    from ._settle import check_stop
+
+    try:
+        rec = yield Blocking(gov.store.get, (gov.session_key(st.session_id),))
+    except Exception as exc:  # the call goes on with what this worker knows
+        _degrade(st, c, exc, None, None)
+        rec = st.remote
+    with st.lock:
+        if rec != st.remote:
+            load(st, rec, gov.clock())  # None: expired meanwhile, the run starts afresh
+        unchanged = seen is not None and st.remote is seen
+        check_stop(gov, st)
+    return unchanged
+
+
+def counts_calls(st: SessionState) -> bool:
+    """Whether the session has a budget on the number of calls (exact across workers)."""
+    b = st.meter.budgets
+    return b.tool_calls is not None or b.per_tool_calls is not None
+
+
 def run_now(gov: Governor, st: SessionState, change: Callable[[], T]) -> T:
     """``update`` outside a call (model turns, user turns): performed at once."""
     return drive_sync(update(gov, st, None, change), gov.sleep or time.sleep)
