@@ -5,11 +5,13 @@ opens ``gov.session(run_id)`` continues the same run. The record ``{ns}:sess:{ru
 holds what the decision core reads: steps, budgets consumed, the stop, the cache epochs,
 the detector windows (as bounded excerpts and digests) and the unknown writes.
 
-Each call changes the record twice, both times by compare-and-set over the whole record:
+A call meets the record twice; changes are compare-and-set over the whole record:
 
-    reserve: stopped? -> take the next step and count it against the budgets
+    before:  stopped? (refresh: a read) -- with a call budget, reserve: a swap that
+             also takes the next step and counts it against the budgets
     (the tool runs, uncoupled from the record)
-    settle:  judge the step (marks, corrections, loop stop), bump the cache epochs
+    settle:  take the step (if not reserved), judge it (marks, corrections, loop stop),
+             bump the cache epochs
 
 A cached read does both in one swap after its lookup, which it made under the cache
 epochs this worker last saw: the swap succeeds only if the record is still that one.
