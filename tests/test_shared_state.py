@@ -320,3 +320,15 @@ def test_shadow_mode_records_the_stop_another_worker_would_have_made(tmp_path: P
     assert b.audit_records("r")[-1]["would"] == "stop"
     out = a.session("r", budgets=budgets).call("pay", {"order": 3})  # runs: shadow mode
     assert out.status is headway.Status.EXECUTED
+
+
+def test_the_toml_config_turns_sharing_off_and_sets_the_ttl(tmp_path: Path) -> None:
+    config = tmp_path / "headway.toml"
+    config.write_text(
+        f'[governor]\nstore = "sqlite:///{tmp_path}/s.db"\n'
+        "share_sessions = false\nsession_ttl_s = 60\n"
+    )
+    gov = headway.Governor.from_config(config)
+    _tools(gov)
+    gov.session("r").call("search", {"q": "x"})
+    assert _record(gov, "r") is None and gov.session_ttl_s == 60
