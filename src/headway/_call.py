@@ -55,6 +55,12 @@ class Call:
     call_id: str | None = None  # the framework's id of this tool call (audit and spans only)
     fn: Any = None  # what runs the tool: the spec's function, or the caller's ``run=``
     fn_async: bool = False
+    # a session shared by workers: the step reserved in the record, the budget it reached,
+    # the cache epochs to bump when it settles, and a call settled without running
+    index: int | None = None
+    reached: tuple[str, float, float, str] | None = None
+    bumps: tuple[str, ...] = ()
+    early: bool = False
     _digest: str | None = None
 
     def __init__(

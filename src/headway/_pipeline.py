@@ -8,6 +8,8 @@ waits are yielded as effects (``_effects``) that the sync or async driver perfor
     write: keyed? -> idempotency (claim, replay, reconcile) -> attempts -> record
            unkeyed -> UNKNOWN rule -> attempts -> invalidate the session's reads
     settle: budgets, progress mark, signals, escalation, stop, audit -> Outcome
+    a session shared by workers (``_shared``): the step is taken in its record in the store
+           before the call runs, and settled in it (a cached read: both in one swap)
 
 Attempts (timeouts, retries, breaker) are in ``_attempts``; settling is in ``_settle``.
 """
@@ -23,7 +25,8 @@ from ._attempts import execute
 from ._call import Call, describe, identity, recordable, result_text
 from ._canonical import canonical_json, digest
 from ._effects import Blocking, Plan, Sleep, Wait
-from ._settle import check_stop, settle
+from ._settle import bump, check_stop, settle, settle_shared
+from ._shared import Moved, counts_calls, refresh, reserve
 from ._spec import ToolSpec
 from .audit import summarize
 from .errors import ArgumentError
@@ -84,7 +87,7 @@ def begin(
             retryable=False,
             hint="Pass the tool's runner: session.call(name, args, run=...).",
         )
-        return settle(gov, st, c)
+        return _early(gov, st, c)
     if spec is None:
         known = ", ".join(sorted(gov.tools())[:30])
         c.error = error_info(
@@ -93,7 +96,7 @@ def begin(
             retryable=False,
             hint=f"Known tools: {known}.",
         )
-        return settle(gov, st, c)
+        return _early(gov, st, c)
     if idempotency_key is not None or step_id is not None:
         for label, value in (("idempotency_key", idempotency_key), ("step_id", step_id)):
             if value is not None and (not isinstance(value, str) or not value):
@@ -102,6 +105,8 @@ def begin(
             c.flag("key_ignored_on_read")
         else:
             c.idem_key = idempotency_key or step_key(gov.namespace, st.session_id, str(step_id))
+    if st.shared:
+        return c  # the session's state is in the store: everything else is in plan()
     cacheable = spec.cacheable()
     if c.effect == "read" and not (cacheable and gov.store.blocking):
         entry = None
@@ -116,13 +121,55 @@ def begin(
     return c
 
 
+def _early(gov: Governor, st: SessionState, c: Call) -> Call | Outcome:
+    """A call settled without running (no such tool, no function)."""
+    if st.shared:
+        c.early = True  # still takes its step in the session's record: plan() settles it
+        return c
+    return settle(gov, st, c)
+
+
 def plan(gov: Governor, st: SessionState, c: Call) -> Plan[Outcome]:
     """The rest of a call begun by ``begin()``: everything that may wait on I/O."""
+    if st.shared:
+        return (yield from _shared_plan(gov, st, c))
     if c.effect == "read":
         yield from _read(gov, st, c)
     else:
         yield from _write(gov, st, c)
     return settle(gov, st, c)
+
+
+def _shared_plan(gov: Governor, st: SessionState, c: Call) -> Plan[Outcome]:
+    """The session's state is a record in the store: take the step, run, settle in it.
+
+    A cached read is first looked up under the cache epochs this worker last saw; served
+    (or corrected), it takes and settles its step in one swap, which succeeds only if the
+    record is still the one it saw (so were the epochs): two round trips, not three."""
+    seen = st.remote
+    optimistic = c.effect == "read" and not c.early and seen is not None and gov.enforce
+    if optimistic and c.spec.cacheable():
+        entry = yield from store_op(gov, c, "get", _cache_key(gov, st, c))
+        if _served(gov, st, c, entry):
+            try:
+                return (yield from settle_shared(gov, st, c, seen))
+            except Moved:
+                c = _again(gov, c)  # the record moved on: the full path, from the start
+        else:
+            c.looked_up = True
+    take = reserve if counts_calls(st) else refresh
+    if not (yield from take(gov, st, c, seen)):
+        c.looked_up = False  # looked up under epochs that may be older: look again
+    if not c.early:
+        yield from (_read if c.effect == "read" else _write)(gov, st, c)
+    return (yield from settle_shared(gov, st, c))
+
+
+def _again(gov: Governor, c: Call) -> Call:
+    """The call as ``begin()`` made it, without what an abandoned decision added."""
+    fresh = _new_call(gov, c.spec, c.spec.name, c.args, c.canon, c.started)
+    fresh.agent, fresh.fn, fresh.fn_async, fresh.flags = c.agent, c.fn, c.fn_async, c.flags
+    return fresh
 
 
 _MAY_HAVE_CHANGED = frozenset((EXECUTED, REPLAYED, UNKNOWN))
@@ -378,9 +425,6 @@ def _generation(st: SessionState, tool: str, resources: tuple[str, ...] | None) 
     return f"{gen.get('*', 0)}.{gen.get(tool, 0)}:{parts}"
 
 
-_MAX_RESOURCES = 10_000  # resource epochs kept per session; past that, start afresh
-
-
 def invalidate(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
     """A write ran (or may have): the session's cached reads it may affect are stale.
 
@@ -390,23 +434,18 @@ def invalidate(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
     if not gov.has_session_cache():
         return  # no tool caches per session: nothing to invalidate, no store round trip
     touched = None if c.spec.invalidates else resources_of(c.spec, c.args)
+    if c.spec.invalidates:
+        names: tuple[str, ...] = c.spec.invalidates
+    elif touched:
+        names = ("any", *("r:" + r for r in touched))
+    else:
+        names = ("any", "*")
+    if st.shared:
+        c.bumps = names  # written with the step's record when it settles: no round trip
+        return
     with st.lock:
-        gen = st.generation
-        if c.spec.invalidates:
-            bump: tuple[str, ...] = c.spec.invalidates
-        elif touched:
-            bump = ("any", *("r:" + r for r in touched))
-        else:
-            bump = ("any", "*")
-        for name in bump:
-            gen[name] = gen.get(name, 0) + 1
-        if len(gen) > _MAX_RESOURCES:
-            kept = {k: v for k, v in gen.items() if not k.startswith("r:")}
-            gen.clear()
-            gen.update(kept)
-            gen["*"] = gen.get("*", 0) + 1  # forgotten epochs: everything becomes stale
-        snapshot = dict(gen)
-        st.epoch += 1  # after the bumps: a key prefix remembered from before is stale
+        bump(st, names)
+        snapshot = dict(st.generation)
     yield from store_op(gov, c, "set", gov.generation_key(st.session_id), snapshot, gov.cache_gc_s)
 
 

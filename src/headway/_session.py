@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, Unpack, overload
 
-from . import _pipeline
+from . import _pipeline, _shared
 from ._call import describe
 from ._effects import Flights, drive_async, drive_sync
 from ._redact import scrub
@@ -58,6 +58,11 @@ class Governor:
     integrity on: every stored record carries an HMAC over its key and content, and a
     record that fails the check is treated as absent (an idempotency record: as a store
     fault, so keyed writes fail closed).
+
+    With a store other processes share (SQLite, Redis, PostgreSQL), a session's state lives
+    in the store: every worker that opens ``session(run_id)`` continues the same run
+    (``share_sessions=False`` keeps it in this process, as with ``MemoryStore``). Its record
+    expires ``session_ttl_s`` after the run's last call.
     """
 
     def __init__(
@@ -77,6 +82,8 @@ class Governor:
         max_cached_bytes: int = 1_000_000,
         cache_gc_s: float = 86_400.0,
         idempotency_ttl_s: float = 86_400.0,
+        session_ttl_s: float = 86_400.0,
+        share_sessions: bool = True,
         in_progress_wait_s: float = 5.0,
         lease_s: float | None = None,
         deadline_s: float | None = 120.0,
@@ -98,6 +105,8 @@ class Governor:
             raise ConfigError("no_progress_limit must be >= 1 and window >= 2")
         if not 0 < similarity <= 1:
             raise ConfigError("similarity must be in (0, 1] (5-gram Jaccard threshold)")
+        if not (isinstance(session_ttl_s, int | float) and session_ttl_s > 0):
+            raise ConfigError("session_ttl_s must be a number of seconds > 0")
         if store_failure not in ("closed", "open"):
             raise ConfigError("store_failure must be 'closed' (keyed writes refused) or 'open'")
         self.store: Store = store if store is not None else MemoryStore()
@@ -120,6 +129,8 @@ class Governor:
         self.max_cached_bytes = max_cached_bytes
         self.cache_gc_s = cache_gc_s
         self.idempotency_ttl_s = idempotency_ttl_s
+        self.session_ttl_s = float(session_ttl_s)  # a shared session's record, after its last call
+        self.share_sessions = bool(share_sessions)
         self.in_progress_wait_s = in_progress_wait_s
         self.lease_s = lease_s
         self.deadline_s = deadline_s  # every call's total time: all attempts and retry waits
@@ -278,12 +289,17 @@ class Governor:
                     task_type=task_type,
                 )
                 st.make_monitor = make_monitor
-                self._load_generation(st)
+                # a store other processes share holds the session: every worker continues it
+                st.shared = self.store.blocking and self.share_sessions
+                if not st.shared:
+                    self._load_generation(st)
                 self._sessions[run_id] = st
                 while len(self._sessions) > 10_000:  # forget the oldest sessions' in-process state
                     self._sessions.pop(next(iter(self._sessions)))
             elif no_progress_limit is not None:
                 st.no_progress_limit = no_progress_limit
+        if st.shared:
+            _shared.fetch(self, st)  # other workers may have moved the run on
         return Session(self, st)
 
     def _load_generation(self, st: SessionState) -> None:
@@ -307,6 +323,9 @@ class Governor:
         except (TypeError, ValueError):  # a malformed record: start from a fresh epoch
             epochs = {"*": int(time.time() * 1000)}
         st.generation.update(epochs)
+
+    def session_key(self, session_id: str) -> str:
+        return f"{self.namespace}:sess:{{{session_id}}}"
 
     def generation_key(self, session_id: str) -> str:
         return f"{self.namespace}:gen:{{{session_id}}}"
@@ -461,7 +480,8 @@ class Session:
         self._check_open()
         gov, st = self.governor, self._st
         check_stop(gov, st)
-        with st.lock:
+
+        def count() -> None:
             reached = st.meter.count_turn(tokens, cost)
             if reached is not None:
                 step = max(st.steps - 1, 0)
@@ -471,11 +491,25 @@ class Session:
                     BudgetExceeded(diagnostic(*reached, step, st.monitor.last_progress_step)),
                 )
 
+        if st.shared:
+            _shared.run_now(gov, st, count)
+            return
+        with st.lock:
+            count()
+
     def user_turn(self) -> None:
         """A new user request: repeat and no-progress counters reset, budgets do not."""
-        with self._st.lock:
-            for monitor in self._st.monitors():
+        st = self._st
+
+        def reset() -> None:
+            for monitor in st.monitors():
                 monitor.user_turn()
+
+        if st.shared:
+            _shared.run_now(self.governor, st, reset)
+            return
+        with st.lock:
+            reset()
 
     def audit_records(self) -> list[dict[str, Any]]:
         return self.governor.audit_records(self.id)

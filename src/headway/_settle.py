@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from . import _shared
 from ._call import Call, result_text
 from ._canonical import digest
 from .audit import AuditRecord, args_field, summarize
@@ -22,6 +23,7 @@ from .outcome import (
 )
 
 if TYPE_CHECKING:
+    from ._effects import Plan
     from ._session import Governor
     from ._state import SessionState
 
@@ -54,65 +56,115 @@ def check_stop(gov: Governor, st: SessionState, now: float | None = None) -> Non
 
 
 def settle(gov: Governor, st: SessionState, c: Call) -> Outcome:
-    spec = c.spec
     now = gov.clock()
     with st.lock:
+        judged = _judge(gov, st, c, now)
+    return _finish(gov, st, c, now, judged)
+
+
+def settle_shared(gov: Governor, st: SessionState, c: Call, seen: Any = None) -> Plan[Outcome]:
+    """``settle`` for a session shared by workers: the step is judged against the record
+    (again, if another worker changed it meanwhile) and written back with it.
+
+    ``seen``: a read served (or corrected) from what this worker knew of the record, which
+    takes its step now, in the same swap; raises ``_shared.Moved`` when the record is no
+    longer ``seen`` (the read is then looked up again)."""
+    now = gov.clock()
+    if seen is None:
+        judged = yield from _shared.update(gov, st, c, lambda: _judge(gov, st, c, now))
+        return _finish(gov, st, c, now, judged)
+
+    def take_and_judge() -> _Judged:
+        if st.remote is not seen:
+            raise _shared.Moved
+        _shared.take(gov, st, c)
+        return _judge(gov, st, c, now)
+
+    judged = yield from _shared.update(gov, st, c, take_and_judge, rounds=1)
+    return _finish(gov, st, c, now, judged)
+
+
+_Judged = tuple[
+    int, str, dict[str, Any], "str | None", "Stop | None", tuple[int, int, int], "int | None"
+]
+
+
+def _judge(gov: Governor, st: SessionState, c: Call, now: float) -> _Judged:
+    """Count and judge the step in the session state (under its lock, no I/O)."""
+    spec = c.spec
+    if c.index is None:
         index = st.steps
         st.steps += 1
         reached = st.meter.count_call(spec.name)
-        signals: dict[str, Any] = {}
-        mark = "neutral"
-        correction = c.correction
-        stop: Stop | None = None
-        if c.known and not c.coalesced:
-            monitor = st.monitor_of(c.agent)
-            status = c.status
-            if status is CACHED and c.agent is not None and not monitor.may_correct(c.key):
-                # fetched by another agent: new to this one, judged like a fresh result
-                status = EXECUTED
-            text = c.error.get("message") if c.error else None
-            if status in _WITH_TEXT:
-                text = c.text if c.text is not None else result_text(c.value)
-                c.text = text
-            obs = monitor.observation(
-                index,
-                spec.name,
-                c.key,
-                c.args_id,
-                c.effect,
-                status,
-                text,
-                c.fingerprint,
-                summarize(c.canon, spec.redact_names, 300),  # shown in corrections
-            )
-            v = monitor.after(spec, obs, c.value, now, st.no_progress_limit)
-            mark, signals = v.mark, v.signals
-            if correction is None and not (
-                c.error is not None and c.error.get("code") == "circuit_open"
-            ):  # an open circuit is not the arguments' fault: its own text says what to do
-                correction = v.correction
-            if v.stop is not None:
-                diag = v.stop if c.agent is None else {**v.stop, "agent": c.agent}
-                stop = LoopDetected(diag) if v.stop_kind == "loop" else BudgetExceeded(diag)
-        if correction is not None and not gov.enforce:
-            # shadow mode: the model sees exactly what the tool returned; the audit keeps it
-            c.would, correction = c.would or "correct", None
-        if correction is not None and c.agent is not None:  # name the agent it is meant for
-            correction = f"[agent {c.agent}] {correction}"
-        if stop is None and reached is not None:
-            stop = BudgetExceeded(diagnostic(*reached, index, st.monitor.last_progress_step))
-        if stop is not None:
-            reach(gov, st, stop)
-        if not gov.enforce and st.would_stop is not None:
-            c.would = "stop"
-        meter = st.meter
-        budget = (meter.calls, meter.per_tool.get(spec.name, 0), meter.retries.get(spec.name, 0))
-        last_progress = st.monitor_of(c.agent).last_progress_step
+    else:  # reserved in the shared record before the call ran
+        index, reached = c.index, c.reached
+        if reached is None and st.meter.budgets.retries_per_tool is not None:
+            reached = st.meter.retries_used_up(spec.name)  # retries made by this call
+    if st.shared:  # applied again when the record is read again after a conflict
+        if c.bumps:
+            bump(st, c.bumps)
+        if c.reconcile_key is not None and c.status is UNKNOWN and c.idem_key is None:
+            st.unknown_writes.setdefault(c.reconcile_key, now)
+    signals: dict[str, Any] = {}
+    mark = "neutral"
+    correction = c.correction
+    stop: Stop | None = None
+    if c.known and not c.coalesced:
+        monitor = st.monitor_of(c.agent)
+        status = c.status
+        if status is CACHED and c.agent is not None and not monitor.may_correct(c.key):
+            # fetched by another agent: new to this one, judged like a fresh result
+            status = EXECUTED
+        text = c.error.get("message") if c.error else None
+        if status in _WITH_TEXT:
+            text = c.text if c.text is not None else result_text(c.value)
+            c.text = text
+        obs = monitor.observation(
+            index,
+            spec.name,
+            c.key,
+            c.args_id,
+            c.effect,
+            status,
+            text,
+            c.fingerprint,
+            summarize(c.canon, spec.redact_names, 300),  # shown in corrections
+        )
+        v = monitor.after(spec, obs, c.value, now, st.no_progress_limit)
+        mark, signals = v.mark, v.signals
+        if correction is None and not (
+            c.error is not None and c.error.get("code") == "circuit_open"
+        ):  # an open circuit is not the arguments' fault: its own text says what to do
+            correction = v.correction
+        if v.stop is not None:
+            diag = v.stop if c.agent is None else {**v.stop, "agent": c.agent}
+            stop = LoopDetected(diag) if v.stop_kind == "loop" else BudgetExceeded(diag)
+    if correction is not None and not gov.enforce:
+        # shadow mode: the model sees exactly what the tool returned; the audit keeps it
+        c.would, correction = c.would or "correct", None
+    if correction is not None and c.agent is not None:  # name the agent it is meant for
+        correction = f"[agent {c.agent}] {correction}"
+    if stop is None and reached is not None:
+        stop = BudgetExceeded(diagnostic(*reached, index, st.monitor.last_progress_step))
+    if stop is not None:
+        if st.provisional == index:  # the stop reserved with this step gets its final words
+            st.stop = st.provisional = None
+        reach(gov, st, stop)
+    if not gov.enforce and st.would_stop is not None:
+        c.would = "stop"
+    meter = st.meter
+    budget = (meter.calls, meter.per_tool.get(spec.name, 0), meter.retries.get(spec.name, 0))
+    last_progress = st.monitor_of(c.agent).last_progress_step
+    return index, mark, signals, correction, stop, budget, last_progress
+
+
+def _finish(gov: Governor, st: SessionState, c: Call, now: float, judged: _Judged) -> Outcome:
+    index, mark, signals, correction, stop, budget, last_progress = judged
     outcome: Outcome = _outcome(  # Outcome's fields in order, without its __new__ frame
         Outcome,
         (
             c.status,
-            spec.name,
+            c.spec.name,
             c.value if c.status in _WITH_VALUE else None,
             c.executed,
             c.error,
@@ -126,6 +178,22 @@ def settle(gov: Governor, st: SessionState, c: Call) -> Outcome:
         reached_stop = stop.diagnostic if stop is not None else None
         _audit(gov, st, c, outcome, now, mark, signals, budget, last_progress, reached_stop)
     return outcome
+
+
+_MAX_RESOURCES = 10_000  # resource epochs kept per session; past that, start afresh
+
+
+def bump(st: SessionState, names: tuple[str, ...]) -> None:
+    """Advance the cache epochs ``names`` (a write ran): reads keyed by them are stale."""
+    gen = st.generation
+    for name in names:
+        gen[name] = gen.get(name, 0) + 1
+    if len(gen) > _MAX_RESOURCES:
+        kept = {k: v for k, v in gen.items() if not k.startswith("r:")}
+        gen.clear()
+        gen.update(kept)
+        gen["*"] = gen.get("*", 0) + 1  # forgotten epochs: everything becomes stale
+    st.epoch += 1  # after the bumps: a key prefix remembered from before is stale
 
 
 def _audit(

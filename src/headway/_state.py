@@ -30,6 +30,11 @@ class SessionState:
     # tool -> (its spec, the epoch, its cache-key prefix then)
     key_prefixes: dict[str, tuple[Any, int, str]] = dataclasses.field(default_factory=dict)
     unknown_writes: dict[str, float] = dataclasses.field(default_factory=dict)  # §5.4
+    # a session shared by workers (``_shared``): the record as last read or written here,
+    # and the step whose budget stop is provisional until that step settles
+    shared: bool = False
+    remote: str | None = None
+    provisional: int | None = None
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
     # multi-agent runs: each named agent's own repeat / cycle / no-progress stream
     agents: dict[str, Monitor] = dataclasses.field(default_factory=dict)

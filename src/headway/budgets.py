@@ -82,6 +82,7 @@ class Meter:
         "started",
         "tokens",
         "turns",
+        "unsynced",
     )
 
     def __init__(self, budgets: Budgets, started: float) -> None:
@@ -96,6 +97,8 @@ class Meter:
         self.cost = 0.0
         self.per_tool: dict[str, int] = {}
         self.retries: dict[str, int] = {}
+        # retries counted here that a session shared by workers has not yet written
+        self.unsynced: dict[str, int] = {}
 
     def wall_clock(self, now: float) -> tuple[str, float, float, str] | None:
         """The wall-clock budget, checked before each call and each retry."""
@@ -115,6 +118,7 @@ class Meter:
 
     def count_retry(self, tool: str) -> None:
         self.retries[tool] = self.retries.get(tool, 0) + 1
+        self.unsynced[tool] = self.unsynced.get(tool, 0) + 1
 
     def count_call(self, tool: str) -> tuple[str, float, float, str] | None:
         """Count one tool call; the budget it reached, if any (the next call stops)."""
@@ -133,10 +137,12 @@ class Meter:
             limit = _limit(limit, tool)
         if limit is not None and used >= limit:
             return ("per_tool_calls", limit, used, f"The call budget of {tool} is used up.")
-        limit = b.retries_per_tool
-        if limit is None:
-            return None
-        if type(limit) is not int:
+        return None if b.retries_per_tool is None else self.retries_used_up(tool)
+
+    def retries_used_up(self, tool: str) -> tuple[str, float, float, str] | None:
+        """The retry budget of ``tool``, when its retries reached it."""
+        limit = self.budgets.retries_per_tool
+        if limit is not None and type(limit) is not int:
             limit = _limit(limit, tool)
         retries = self.retries.get(tool, 0)
         if limit is not None and retries >= limit:

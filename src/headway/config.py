@@ -54,6 +54,8 @@ _GOVERNOR_FIELDS = {
     "max_cached_bytes",
     "cache_gc_s",
     "idempotency_ttl_s",
+    "session_ttl_s",
+    "share_sessions",
     "in_progress_wait_s",
     "lease_s",
     "deadline_s",

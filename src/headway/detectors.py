@@ -9,11 +9,15 @@ most, whatever the length of the run.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import hashlib
+import struct
 from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NamedTuple, Protocol
+
+import orjson
 
 from ._call import describe
 from ._spec import ToolSpec
@@ -30,6 +34,7 @@ from .similarity import (
     query_shape,
     shingles,
     sketch,
+    stable_hash,
 )
 
 Mark = Literal["progress", "no_progress", "waiting", "neutral"]
@@ -38,6 +43,7 @@ _MAX_POLLS_TRACKED = 256  # distinct polled calls whose waiting is counted
 _CANDIDATES = 8  # earlier results of the same tool compared for near-duplicates
 _ARGS_SIMILAR = 0.5  # 5-gram Jaccard of two calls' arguments: the same request reworded
 _NEUTRAL = (ERROR, FALLBACK, UNKNOWN, REPLAYED)
+_CAPPED = 4096  # a normalised result past this is compared by digest (shingles keep 2 x 2048)
 
 
 @dataclasses.dataclass(slots=True)
@@ -62,6 +68,27 @@ class Observation:
     _shingles: frozenset[str] | None = None
     _sketch: frozenset[str] | None = None
     _arg_grams: frozenset[str] | None = None
+    _json: str | None = None  # the step as stored in a session record (made once)
+    _nkey: str | None = None  # set for a long result read back from a session record
+    _nlen: int = -1
+
+    @property
+    def nkey(self) -> str:
+        """What the normalised result is compared by: the text itself, or for a long one
+        (past what shingling keeps) its digest, so a stored step need not keep it whole."""
+        key = self._nkey
+        if key is None:
+            norm = self.norm or ""
+            key = norm if len(norm) <= _CAPPED else "\x00" + _sha(norm)[:32]
+            self._nkey = key
+        return key
+
+    @property
+    def nlen(self) -> int:
+        """The length of the normalised result."""
+        if self._nlen < 0:
+            self._nlen = len(self.norm or "")
+        return self._nlen
 
     @property
     def args_digest(self) -> str:
@@ -321,17 +348,16 @@ class Monitor:
     def _judge(self, step: Observation, prev: Observation | None, signals: dict[str, Any]) -> None:
         """Whether the result is new information (the weak progress rule): the target (the
         call) and the content are judged separately."""
-        norm = step.norm or ""
         step.unchanged = prev is not None and prev.norm is not None and self._near(step, prev)
-        same_call = prev is not None and prev.norm == norm
-        if len(norm) < SHORT:
+        same_call = prev is not None and prev.norm is not None and prev.nkey == step.nkey
+        if step.nlen < SHORT:
             # a short answer ("No files found", "[]") to a new query is exploration: a
             # repeat only for the same query or a cosmetic variant of it (same words)
             if same_call or step.probe in self._probes:
                 step.duplicate = True
                 if not same_call:
                     signals["same_result"] = True
-        elif norm in self._norms:
+        elif step.nkey in self._norms:
             step.duplicate = True
             if not same_call:
                 signals["same_result"] = True
@@ -473,7 +499,7 @@ class Monitor:
 
     def _near_any(self, step: Observation) -> bool:
         """Near-duplicate of one of the last few results of the same tool (bounded work)."""
-        if len(step.norm or "") < SHORT:
+        if step.nlen < SHORT:
             return False
         tried = 0
         for o in reversed(self.window):
@@ -487,12 +513,12 @@ class Monitor:
         return False
 
     def _near(self, a: Observation, b: Observation) -> bool:
-        na, nb = a.norm or "", b.norm or ""
-        if na == nb:
+        if a.nkey == b.nkey:
             return True
-        if len(na) < SHORT or len(nb) < SHORT:
+        la, lb = a.nlen, b.nlen
+        if la < SHORT or lb < SHORT:
             return False
-        if not could_be_similar(len(na), len(nb), self.threshold):
+        if not could_be_similar(la, lb, self.threshold):
             return False
         sa, sb = a.anchors(), b.anchors()
         if len(sa) >= SKETCH_MIN and len(sb) >= SKETCH_MIN and jaccard(sa, sb) < SKETCH_FLOOR:
@@ -511,11 +537,12 @@ class Monitor:
             else:
                 del keys[old.key]
             if old.norm is not None:
-                left = norms[old.norm] - 1
+                nkey = old.nkey
+                left = norms[nkey] - 1
                 if left:
-                    norms[old.norm] = left
+                    norms[nkey] = left
                 else:
-                    del norms[old.norm]
+                    del norms[nkey]
                 _uncount(self._probes, (old.probe,) if old.probe else ())
                 _uncount(self._units, old.units)
                 if self._page is old:
@@ -524,7 +551,8 @@ class Monitor:
         keys[step.key] = keys.get(step.key, 0) + 1
         self.pushed += 1
         if step.norm is not None:
-            norms[step.norm] = norms.get(step.norm, 0) + 1
+            nkey = step.nkey
+            norms[nkey] = norms.get(nkey, 0) + 1
             probes, units = self._probes, self._units
             if step.probe:
                 probes[step.probe] = probes.get(step.probe, 0) + 1
@@ -535,8 +563,61 @@ class Monitor:
         earlier = last.get(step.key)
         if earlier is not None and (step.status is CACHED or step.status is CORRECTED):
             earlier.unchanged = True  # served again: the result did not change
+            earlier._json = None
         else:
             last[step.key] = step
+
+    # -- a session record (a session shared by workers through the store) ---------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """The window and counters as JSON, bounded: per step at most a shingling-sized
+        excerpt of its result (compared by digest past that) and the head of its text."""
+        window = list(self.window)
+        at = {id(o): i for i, o in enumerate(window)}
+        page = self._page
+        return {
+            # one JSON text: each step is encoded once, and the record's own encoding
+            # then copies a string instead of walking every step again
+            "w": orjson.Fragment("[" + ",".join([o._json or _dump_step(o) for o in window]) + "]"),
+            "last": [at[id(o)] for o in self._last_of_key.values() if id(o) in at],  # by key
+            "page": -1 if page is None else at.get(id(page), -1),
+            "rk": self.repeat_key,
+            "r": self.repeat,
+            "np": self.no_progress_run,
+            "lp": self.last_progress_step,
+            "n": self.pushed,
+            "err": {t: list(v) for t, v in self._errors.items()},
+            "polls": {k: list(v) for k, v in self._polls.items()},
+            "lv": {
+                t: v
+                for t, v in ((t, _json_copy(v)) for t, v in self._last_value.items())
+                if v is not _NOT_KEPT
+            },
+        }
+
+    def restore(self, data: Mapping[str, Any]) -> None:
+        """Replace this monitor's state by a ``snapshot()`` (of any worker)."""
+        self.user_turn()
+        for item in data["w"]:
+            step = _load_step(item)
+            self.window.append(step)
+            self._keys[step.key] = self._keys.get(step.key, 0) + 1
+            if step.norm is not None:
+                self._norms[step.nkey] = self._norms.get(step.nkey, 0) + 1
+                if step.probe:
+                    self._probes[step.probe] = self._probes.get(step.probe, 0) + 1
+                for u in step.units:
+                    self._units[u] = self._units.get(u, 0) + 1
+        window = list(self.window)
+        self._last_of_key = {window[i].key: window[i] for i in data["last"] if i < len(window)}
+        page = data["page"]
+        self._page = window[page] if 0 <= page < len(window) else None
+        self.repeat_key, self.repeat = data["rk"], data["r"]
+        self.no_progress_run, self.last_progress_step = data["np"], data["lp"]
+        self.pushed, self._memo = data["n"], None
+        self._errors = {t: (v[0], v[1]) for t, v in data["err"].items()}
+        self._polls = {k: (v[0], v[1]) for k, v in data["polls"].items()}
+        self._last_value = dict(data["lv"])
 
     def _loop_diagnostic(self, limit: int, signals: Mapping[str, Any]) -> dict[str, Any]:
         recent = list(self.window)[-limit:]
@@ -584,12 +665,12 @@ class Monitor:
                 applied = text
             norm = " ".join(applied.split())
             if len(norm) < SHORT:
-                probe = hash((tool, query_shape(args), norm)) or 1
+                probe = stable_hash(f"{tool}\x1f{query_shape(args)}\x1f{norm}") or 1
             else:
                 units = content_units(applied)
             if len(norm) > _KEEP:
                 # head and tail for similarity, a digest so that equality stays exact
-                full = hashlib.sha256(norm.encode("utf-8", "surrogatepass")).hexdigest()
+                full = _sha(norm)
                 norm = norm[: _KEEP // 2] + "\x00" + full + norm[-_KEEP // 2 :]
         if text is not None and len(text) > _KEEP:
             text = text[:_KEEP]
@@ -610,6 +691,87 @@ class Monitor:
             units=units,
             probe=probe,
         )
+
+
+_TEXT_KEPT = 1500  # characters of a stored step's text: what a correction quotes of it
+_VALUE_KEPT = 4096  # a last result kept for progress= and progress_fields up to this size
+_STATUS = {s.value: s for s in (CACHED, CORRECTED, ERROR, EXECUTED, FALLBACK, REPLAYED, UNKNOWN)}
+
+
+def _dump_step(o: Observation) -> str:
+    norm = o.norm
+    if norm is not None and len(norm) > _CAPPED:
+        # shingles and sketch read only the head and tail: keep those, compare by digest
+        norm = norm[: _CAPPED // 2] + "\x00" + norm[-_CAPPED // 2 :]
+    text = o.text
+    size = -1 if text is None else len(text)
+    fields = [
+        o.index,
+        o.tool,
+        o.key,
+        None if o.key == f"{o.tool}:{o.args_id}" else o.args_id,  # most keys hold it
+        o.effect,
+        o.status.value,
+        None if text is None else text[:_TEXT_KEPT],
+        size,
+        norm,
+        None if o.norm is None or norm is o.norm else o.nkey,
+        o.nlen,
+        o.error,
+        o.mark,
+        o.args,
+        o.duplicate,
+        o.unchanged,
+        base64.b64encode(struct.pack(f"<{len(o.units)}Q", *o.units)).decode(),  # 11 B a unit
+        o.probe,
+    ]
+    try:
+        o._json = orjson.dumps(fields).decode()
+    except orjson.JSONEncodeError:  # a lone surrogate in a result: stored replaced
+        o._json = orjson.dumps([_valid(f) for f in fields]).decode()
+    return o._json
+
+
+def _valid(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.encode("utf-8", "replace").decode("utf-8")
+    return value
+
+
+def _load_step(item: Sequence[Any]) -> Observation:
+    (index, tool, key, args_id, effect, status, text, size, norm, nkey, nlen) = item[:11]
+    error, mark, args, duplicate, unchanged, units, probe = item[11:]
+    if args_id is None:
+        args_id = key[len(tool) + 1 :]
+    if text is not None and size > len(text):
+        # corrections say how much of the text they leave out: keep its length
+        text += "\x00" * (size - len(text))
+    step = Observation(
+        index, tool, key, args_id, effect, _STATUS[status], text, norm, error, mark, args
+    )
+    step.duplicate, step.unchanged = duplicate, unchanged
+    packed = base64.b64decode(units)
+    step.units, step.probe = frozenset(struct.unpack(f"<{len(packed) // 8}Q", packed)), probe
+    if nkey is not None:
+        step._nkey = nkey
+    step._nlen = nlen
+    return step
+
+
+_NOT_KEPT = object()
+
+
+def _json_copy(value: Any) -> Any:
+    """A copy through JSON (the caller may change the value later), when it is small."""
+    try:
+        text = orjson.dumps(value)
+    except Exception:  # not JSON: progress= and progress_fields restart on another worker
+        return _NOT_KEPT
+    return orjson.loads(text) if len(text) <= _VALUE_KEPT else _NOT_KEPT
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _uncount(counts: dict[int, int], items: Any) -> None:

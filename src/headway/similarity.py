@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import zlib
 from collections.abc import Callable, Sequence
 
 Normalizer = Callable[[str], str]
@@ -66,6 +67,13 @@ def normalize(text: str, normalizers: Sequence[Normalizer]) -> str:
 UNITS = 256  # content units kept per result: memory and cost per step stay bounded
 
 
+def stable_hash(text: str) -> int:
+    """A 64-bit hash that is the same in every process (``hash()`` of a str is salted per
+    process): content units and probes travel with a session's state to other workers."""
+    data = text.encode("utf-8", "surrogatepass")
+    return zlib.crc32(data) | (zlib.adler32(data) << 32)
+
+
 def content_units(text: str) -> frozenset[int]:
     """The content of a (normalised) result as hashes of its lines, whitespace collapsed;
     a long result's lines are grouped into at most ``UNITS`` runs. A unit the window has
@@ -75,7 +83,7 @@ def content_units(text: str) -> frozenset[int]:
     if len(lines) > UNITS:
         size = -(-len(lines) // UNITS)
         lines = ["\n".join(lines[i : i + size]) for i in range(0, len(lines), size)]
-    return frozenset(map(hash, lines))
+    return frozenset(map(stable_hash, lines))
 
 
 _WORDS = re.compile(r"[^\W\d_]+")

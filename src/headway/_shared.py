@@ -1,0 +1,281 @@
+"""A session shared by workers: its state in one record of the shared store.
+
+With a store that other processes share (SQLite, Redis, PostgreSQL), every worker that
+opens ``gov.session(run_id)`` continues the same run. The record ``{ns}:sess:{run_id}``
+holds what the decision core reads: steps, budgets consumed, the stop, the cache epochs,
+the detector windows (as bounded excerpts and digests) and the unknown writes.
+
+A call meets the record twice; changes are compare-and-set over the whole record:
+
+    before:  stopped? (refresh: a read) -- with a call budget, reserve: a swap that
+             also takes the next step and counts it against the budgets
+    (the tool runs, uncoupled from the record)
+    settle:  take the step (if not reserved), judge it (marks, corrections, loop stop),
+             bump the cache epochs
+
+A cached read does both in one swap after its lookup, which it made under the cache
+epochs this worker last saw: the swap succeeds only if the record is still that one.
+
+A change is a function of the session state, applied in memory to the state the record
+last held; when another worker changed the record in between, the swap fails, the
+record is read again and the same change is applied to it (the decision core does no
+I/O, so a change can be applied again). The local state is a cache of the record: a
+worker that wrote the record last needs no read before its next swap.
+
+The store failing mid-session degrades to the local state (flagged in the audit); no
+exception leaves ``call()`` for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import orjson
+
+from ._call import Call, describe
+from ._effects import Blocking, Plan, Sleep, drive_sync
+from ._redact import scrub
+from .budgets import Meter, diagnostic
+from .errors import BudgetExceeded, LoopDetected, Stop
+
+if TYPE_CHECKING:
+    from ._session import Governor
+    from ._state import SessionState
+
+T = TypeVar("T")
+log = logging.getLogger("headway")
+
+_ROUNDS = 64  # swaps tried per change before the call goes on with the local state
+_MAX_AGENTS = 64  # agents whose detector streams the record keeps (the most recent)
+_STOPS: dict[str, type[Stop]] = {"loop": LoopDetected, "budget": BudgetExceeded}
+
+
+def dump(st: SessionState, now: float) -> str:
+    """The session record, bounded by the window, not by the length of the run.
+
+    Stored as one JSON text (a string value): a swap compares the text this worker wrote
+    or read, never a value encoded again, and the detector steps are encoded once each."""
+    m = st.meter
+    stop = st.stop
+    agents = list(st.agents.items())[-_MAX_AGENTS:]
+    record = {
+        "t": now,
+        "steps": st.steps,
+        "stop": None
+        if stop is None
+        else ["loop" if isinstance(stop, LoopDetected) else "budget", stop.diagnostic],
+        "prov": st.provisional,
+        "would": st.would_stop,
+        # copies: the record must not change with the live state after it is written
+        "meter": [m.started, m.turns, m.calls, m.tokens, m.cost, dict(m.per_tool), dict(m.retries)],
+        "gen": dict(st.generation),
+        "uw": dict(st.unknown_writes),
+        "mon": st.monitor.snapshot(),
+        "agents": {name: mon.snapshot() for name, mon in agents},
+    }
+    return orjson.dumps(record).decode()
+
+
+def load(st: SessionState, rec: Any, now: float) -> None:
+    """Make the local state the record's (None: a run seen for the first time, or expired).
+    A record this version cannot read starts the run afresh; the next swap replaces it."""
+    try:
+        if rec is not None and not isinstance(rec, str):
+            raise TypeError(f"a session record is a JSON text, not {type(rec).__name__}")
+        _load(st, rec, now)
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+        log.warning("unreadable session record (%s): %s", st.session_id, scrub(describe(exc)))
+        _load(st, None, now)
+        st.remote = rec
+
+
+def _load(st: SessionState, text: str | None, now: float) -> None:
+    st.remote = text
+    unsynced = st.meter.unsynced
+    if text is None:
+        st.steps, st.stop, st.provisional, st.would_stop = 0, None, None, None
+        st.meter = Meter(st.meter.budgets, now)
+        st.meter.unsynced = unsynced
+        st.generation.clear()
+        # an epoch no earlier entry can have: a run that starts again never reads a stale cache
+        st.generation["*"] = int(now * 1000)
+        st.unknown_writes.clear()
+        if st.make_monitor is not None:
+            st.monitor = st.make_monitor()
+        st.agents.clear()
+        st.epoch += 1
+        return
+    rec = orjson.loads(text)
+    st.steps = rec["steps"]
+    stop = rec["stop"]
+    st.stop = None if stop is None else _STOPS[stop[0]](stop[1])
+    st.provisional, st.would_stop = rec["prov"], rec["would"]
+    started, turns, calls, tokens, cost, per_tool, retries = rec["meter"]
+    m = st.meter = Meter(st.meter.budgets, started)
+    m.turns, m.calls, m.tokens, m.cost, m.per_tool = turns, calls, tokens, cost, dict(per_tool)
+    m.retries, m.unsynced = dict(retries), unsynced
+    for tool, n in unsynced.items():  # retries counted here that no swap carried yet
+        m.retries[tool] = m.retries.get(tool, 0) + n
+    st.generation.clear()
+    st.generation.update(rec["gen"])
+    st.epoch += 1  # cache-key prefixes remembered from the older epochs are stale
+    st.unknown_writes.clear()
+    st.unknown_writes.update(rec["uw"])
+    st.monitor.restore(rec["mon"])
+    st.agents.clear()
+    for name, snap in rec["agents"].items():
+        st.monitor_of(name).restore(snap)
+
+
+class Moved(Exception):  # noqa: N818 - a signal between the pipeline and this module
+    """The record changed since a decision this worker made on its copy of it."""
+
+
+def update(
+    gov: Governor,
+    st: SessionState,
+    c: Call | None,
+    change: Callable[[], T],
+    rounds: int = _ROUNDS,
+) -> Plan[T]:
+    """Apply ``change`` to the session state and to its record, atomically: compare-and-set
+    against the record as this worker last knew it; on a conflict read it and apply the
+    change again (``rounds=1``: raise ``Moved`` instead). The store failing leaves the
+    change applied locally (flagged)."""
+    key = gov.session_key(st.session_id)
+    store, ttl = gov.store, gov.session_ttl_s
+    for round_ in range(rounds):
+        with st.lock:
+            expected = st.remote
+            result = change()  # may raise Stop: nothing was written
+            sent = dict(st.meter.unsynced)
+            try:
+                new: str | None = dump(st, gov.clock())
+                st.remote = new  # later changes in this process build on this one
+            except (TypeError, ValueError) as exc:  # cannot be written: kept here only
+                new, unwritable = None, exc
+        if new is None:
+            _degrade(st, c, unwritable, expected, None)
+            return result
+        try:
+            if expected is None:
+                ok = yield Blocking(store.add, (key, new, ttl))
+            else:
+                ok = yield Blocking(store.swap, (key, expected, new, ttl))
+            if not ok:
+                current = yield Blocking(store.get, (key,))
+        except Exception as exc:
+            _degrade(st, c, exc, expected, new)
+            return result
+        if ok:
+            with st.lock:
+                unsynced = st.meter.unsynced
+                for tool, n in sent.items():
+                    left = unsynced.get(tool, 0) - n
+                    if left > 0:
+                        unsynced[tool] = left
+                    else:
+                        unsynced.pop(tool, None)
+            return result
+        with st.lock:
+            # the record moved on: this change (and any other in flight here) is redone
+            # on top of it; each retried change rebuilds its own part
+            load(st, current, gov.clock())
+        if rounds == 1:
+            raise Moved
+        if round_ >= 2:  # a hot session: spread the retries out
+            yield Sleep(random.uniform(0, 0.001 * min(round_, 20)))
+    if c is not None:
+        c.flag("session_state_conflict: the shared record kept changing; local state used")
+    return result
+
+
+def _degrade(st: SessionState, c: Call | None, exc: BaseException, expected: Any, new: Any) -> None:
+    with st.lock:
+        if st.remote is new:
+            st.remote = expected  # the next swap tries from what the store still holds
+    text = f"session_state_local: {type(exc).__name__}: {describe(exc)}"[:300]
+    if c is not None:
+        c.flag(text)
+    else:
+        log.warning("%s (session %s)", scrub(text), st.session_id)
+
+
+def take(gov: Governor, st: SessionState, c: Call) -> None:
+    """Take the call's step: raise the session's stop, or count the step against the
+    budgets. A step that reaches a budget stops the session at once (every worker's next
+    call raises), so concurrent calls never run past the budget."""
+    from ._settle import check_stop
+
+    check_stop(gov, st)
+    index = st.steps
+    st.steps += 1
+    reached = st.meter.count_call(c.spec.name)
+    c.index, c.reached = index, reached
+    if reached is not None and gov.enforce and st.stop is None:
+        # provisional: settling this step writes the diagnostic it ends with
+        st.stop = BudgetExceeded(diagnostic(*reached, index, st.monitor.last_progress_step))
+        st.provisional = index
+
+
+def reserve(gov: Governor, st: SessionState, c: Call, seen: Any = None) -> Plan[bool]:
+    """``take`` the step in the record before the call runs; True when it was taken on the
+    record ``seen`` (what this worker knew when it looked the call up)."""
+    attempts: list[bool] = []
+
+    def change() -> None:
+        attempts.append(seen is not None and st.remote is seen)
+        take(gov, st, c)
+
+    yield from update(gov, st, c, change)
+    return attempts == [True]
+
+
+def refresh(gov: Governor, st: SessionState, c: Call, seen: Any = None) -> Plan[bool]:
+    """Before a call that runs in a session without call budgets: read the record (a get,
+    cheaper than a swap) and raise its stop, if any; the step is taken when it settles.
+    True when the record is still ``seen``. (With call budgets, ``reserve`` takes the
+    step before the call runs, so concurrent calls never run past the budget.)"""
+    from ._settle import check_stop
+
+    try:
+        rec = yield Blocking(gov.store.get, (gov.session_key(st.session_id),))
+    except Exception as exc:  # the call goes on with what this worker knows
+        _degrade(st, c, exc, None, None)
+        rec = st.remote
+    with st.lock:
+        if rec != st.remote:
+            load(st, rec, gov.clock())  # None: expired meanwhile, the run starts afresh
+        unchanged = seen is not None and st.remote is seen
+        check_stop(gov, st)
+    return unchanged
+
+
+def counts_calls(st: SessionState) -> bool:
+    """Whether the session has a budget on the number of calls (exact across workers)."""
+    b = st.meter.budgets
+    return b.tool_calls is not None or b.per_tool_calls is not None
+
+
+def run_now(gov: Governor, st: SessionState, change: Callable[[], T]) -> T:
+    """``update`` outside a call (model turns, user turns): performed at once."""
+    return drive_sync(update(gov, st, None, change), gov.sleep or time.sleep)
+
+
+def fetch(gov: Governor, st: SessionState) -> None:
+    """Read the record when a handle opens (a run other workers may have moved on)."""
+    try:
+        rec = gov.store.get(gov.session_key(st.session_id))
+    except Exception as exc:  # reads fail open: the first call tries again
+        log.warning("store unavailable at session start (%s): %s", st.session_id, scrub(str(exc)))
+        return
+    with st.lock:
+        if rec is not None:
+            if rec != st.remote:  # unchanged since this worker's last step: nothing to read
+                load(st, rec, gov.clock())
+        elif st.remote is not None or "*" not in st.generation:
+            load(st, None, gov.clock())  # new, or expired meanwhile: the run starts afresh
