@@ -52,6 +52,7 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
     policy = _policy(gov, c)
     b = _breaker(gov, spec)
     classify = spec.classify or default_classify
+    bound = _deadline(gov, policy)  # the whole call's: the same for every attempt
     start = gov.timer()
     while True:
         # a retry never starts on a claim that may have expired: renew it first
@@ -81,7 +82,7 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
             probe = decision == "probe"
         timeout = spec.timeout
         # a tool without a timeout runs inline: only its retry policy's deadline cuts it
-        deadline = _deadline(gov, policy) if timeout is not None else policy.deadline_s
+        deadline = bound if timeout is not None else policy.deadline_s
         if deadline is not None:
             left = max(deadline - (gov.timer() - start), 0.001)
             timeout = left if timeout is None else min(timeout, left)
@@ -140,8 +141,7 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
         delay = policy.next_delay(c.attempts, verdict, elapsed, gov.rng)
         if delay is None:
             return
-        deadline = _deadline(gov, policy)
-        if deadline is not None and elapsed + delay >= deadline:
+        if bound is not None and elapsed + delay >= bound:
             c.flag("deadline_reached")
             return
         with st.lock:
