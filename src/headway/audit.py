@@ -73,6 +73,16 @@ class AuditRecord(Mapping[str, Any]):
             values[i] = summarize(values[i].text, values[i].redact)
         return values[i]
 
+    def estimate(self) -> int:
+        """About how many bytes this record holds, without making it: until first read it
+        holds the call (its arguments twice over, as the dict and as their text, and its
+        result text); once made, its values."""
+        if self._make is None:
+            return _RECORD_BYTES + sum(len(v) for v in self._values if isinstance(v, str))
+        call = self._source[0] if self._source else None
+        text = getattr(call, "text", None)
+        return _RECORD_BYTES + 2 * len(getattr(call, "canon", "")) + len(text or "")
+
     def __iter__(self) -> Iterator[str]:
         return iter(FIELDS)
 
@@ -136,35 +146,117 @@ def _summarize_short(canonical: str, names: tuple[str, ...], limit: int) -> str:
     return redacted if len(redacted) <= limit else redacted[:limit] + "..."
 
 
+MiB = 1 << 20
+
+
 class MemoryAudit:
-    """Keeps the most recent records of each session in memory (a public test double too)."""
+    """Keeps the most recent records of each session in memory (a public test double too).
+
+    Bounded in records and in bytes: per session, the most recent ``per_session`` records
+    that fit in ``per_session_bytes``; across sessions, ``max_bytes`` and ``sessions``
+    (the session written to least recently is dropped first). Bytes are an estimate
+    (``record_bytes``) made without walking the record: a record made on first read holds
+    the call it describes, so it costs about 1.8 KB plus its arguments and result texts.
+    """
 
     lazy = True  # holds AuditRecords; dicts are made when read
 
-    def __init__(self, *, per_session: int = 10_000, sessions: int = 1_000) -> None:
-        self._by_session: collections.OrderedDict[str, collections.deque[dict[str, Any]]] = (
-            collections.OrderedDict()
-        )
+    def __init__(
+        self,
+        *,
+        per_session: int = 10_000,
+        sessions: int = 1_000,
+        per_session_bytes: int = 4 * MiB,
+        max_bytes: int = 64 * MiB,
+    ) -> None:
+        for name, value in (
+            ("per_session", per_session),
+            ("sessions", sessions),
+            ("per_session_bytes", per_session_bytes),
+            ("max_bytes", max_bytes),
+        ):
+            if type(value) is not int or value < 1:
+                raise ValueError(f"MemoryAudit {name} must be a positive int, not {value!r}")
+        self._by_session: collections.OrderedDict[str, _Kept] = collections.OrderedDict()
         self._per_session = per_session
         self._sessions = sessions
+        self._session_bytes = per_session_bytes
+        self._max_bytes = max_bytes
+        self._bytes = 0  # all sessions
+        self._last: str | None = None  # the session written last (the most recent)
         self._lock = threading.Lock()
 
     def write(self, record: Mapping[str, Any]) -> None:
-        sid = record.session if type(record) is AuditRecord else str(record["session"])
-        queue = self._by_session.get(sid)  # get and append are atomic: a lock only to add
-        if queue is None:
-            with self._lock:
-                queue = self._by_session.get(sid)
-                if queue is None:
-                    queue = self._by_session[sid] = collections.deque(maxlen=self._per_session)
-                    while len(self._by_session) > self._sessions:
-                        self._by_session.popitem(last=False)
-        queue.append(record)  # type: ignore[arg-type]  # records are fresh: no copy
+        if type(record) is AuditRecord:
+            sid, size = record.session, record.estimate()
+        else:
+            sid, size = str(record["session"]), record_bytes(record)
+        with self._lock:  # short: an append and counters, no record is made here
+            kept = self._by_session.get(sid)
+            if kept is None or sid != self._last:
+                kept = self._switch(sid, kept)
+            kept.records.append((size, record))
+            kept.bytes += size
+            self._bytes += size
+            if kept.bytes > self._session_bytes or len(kept.records) > self._per_session:
+                self._trim(kept)
+            if self._bytes > self._max_bytes:
+                self._drop_sessions()
+
+    def _switch(self, sid: str, kept: _Kept | None) -> _Kept:
+        """A write to another session than the last one: it becomes the most recent."""
+        if kept is None:
+            kept = self._by_session[sid] = _Kept()
+            self._last = sid
+            self._drop_sessions()
+        else:
+            self._by_session.move_to_end(sid)
+        self._last = sid
+        return kept
+
+    def _trim(self, kept: _Kept) -> None:
+        records = kept.records
+        while len(records) > self._per_session or (
+            kept.bytes > self._session_bytes and len(records) > 1
+        ):
+            gone = records.popleft()[0]
+            kept.bytes -= gone
+            self._bytes -= gone
+
+    def _drop_sessions(self) -> None:
+        """Drop the sessions written to least recently (never the last one written)."""
+        sessions = self._by_session
+        while len(sessions) > 1 and (
+            len(sessions) > self._sessions or self._bytes > self._max_bytes
+        ):
+            self._bytes -= sessions.popitem(last=False)[1].bytes
 
     def records(self, session_id: str) -> list[dict[str, Any]]:
-        queue = self._by_session.get(session_id)
-        kept = queue.copy() if queue is not None else ()  # copy(): atomic, unlike iterating
-        return [r.to_dict() if isinstance(r, AuditRecord) else dict(r) for r in kept]
+        with self._lock:
+            kept = self._by_session.get(session_id)
+            held = [r for _, r in kept.records] if kept is not None else []
+        return [r.to_dict() if isinstance(r, AuditRecord) else dict(r) for r in held]
+
+    def bytes_held(self) -> int:
+        """The estimated size of every record held, all sessions."""
+        return self._bytes
+
+
+class _Kept:
+    __slots__ = ("bytes", "records")
+
+    def __init__(self) -> None:
+        self.records: collections.deque[tuple[int, Mapping[str, Any]]] = collections.deque()
+        self.bytes = 0
+
+
+_RECORD_BYTES = 1_800  # a small call's record, measured with tracemalloc
+
+
+def record_bytes(record: Mapping[str, Any]) -> int:
+    """An estimate of a plain record's size: its texts plus a fixed part."""
+    texts = sum(len(v) for v in record.values() if isinstance(v, str))
+    return _RECORD_BYTES + texts
 
 
 class JSONLSink:
