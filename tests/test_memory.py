@@ -10,8 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as hs
 
 import headway
-from headway.stores._base import dumps
-from headway.stores.memory import _text
+from headway.stores._base import dumps, text_of
 
 MB = 1_000_000
 
@@ -59,14 +58,15 @@ _VALUES = hs.recursive(
 
 @settings(max_examples=1500, deadline=None)
 @given(_VALUES)
-def test_the_memory_store_writes_every_value_in_the_one_stored_form(value: object) -> None:
-    """orjson writes the plain values, ``dumps`` the rest: the text is ``dumps``'s in both
-    cases (swap compares stored text), and the value reads back equal."""
+def test_stores_write_every_value_in_the_one_stored_form(value: object) -> None:
+    """orjson writes the plain values, ``dumps`` the rest (the memory and SQLite stores):
+    the text is ``dumps``'s in both cases (swap compares stored text), and the value
+    reads back equal."""
     try:
         expected = dumps(value)
     except headway.StoreError:
         return  # not JSON (a lone surrogate key, say, is still text; floats are finite)
-    assert _text(value)[0] == expected
+    assert text_of(value)[0] == expected
     store = headway.MemoryStore()
     store.set("k", value)
     assert store.swap("k", value, {"next": 1}) is True

@@ -9,32 +9,7 @@ from typing import Any
 
 import orjson
 
-from .._canonical import _plain
-from ._base import dumps, loads
-
-
-def _orjson_reads_back(value: Any) -> bool:
-    """Whether orjson parses this value's stored text back exactly. It reads integers past
-    64 bits as floats; it refuses to write those (and anything else it cannot read back
-    the same), so a value it can write is one it reads back."""
-    try:
-        orjson.dumps(value)
-    except (orjson.JSONEncodeError, TypeError):
-        return False
-    return True
-
-
-def _text(value: Any) -> tuple[str, bool]:
-    """(the stored form of ``value``, whether orjson may parse it). Plain JSON (as the
-    canonical fast path admits it) is written by orjson, whose text is then the one
-    ``dumps`` writes (keys sorted, compact, same escapes and shortest floats), three
-    times faster; anything else by ``dumps``."""
-    try:
-        if _plain(value):
-            return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode(), True
-    except (orjson.JSONEncodeError, RecursionError):
-        pass  # lone surrogates, very deep values: dumps decides
-    return dumps(value), _orjson_reads_back(value)
+from ._base import loads, text_of
 
 
 class MemoryStore:
@@ -81,12 +56,12 @@ class MemoryStore:
         return orjson.loads(item[0]) if item[2] else loads(item[0])
 
     def set(self, key: str, value: Any, ttl_s: float | None = None) -> None:
-        text, fast = _text(value)
+        text, fast = text_of(value)
         with self._lock:
             self._put(key, text, ttl_s, time.monotonic(), fast)
 
     def add(self, key: str, value: Any, ttl_s: float | None = None) -> bool:
-        text, fast = _text(value)
+        text, fast = text_of(value)
         with self._lock:
             now = time.monotonic()
             if self._live(key, now) is not None:
@@ -95,8 +70,8 @@ class MemoryStore:
             return True
 
     def swap(self, key: str, expected: Any, value: Any | None, ttl_s: float | None = None) -> bool:
-        old = _text(expected)[0]
-        new, fast = (None, False) if value is None else _text(value)
+        old = text_of(expected)[0]
+        new, fast = (None, False) if value is None else text_of(value)
         with self._lock:
             now = time.monotonic()
             if self._live(key, now) != old:
