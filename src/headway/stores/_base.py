@@ -48,25 +48,27 @@ class Store(Protocol):
 
 
 def dumps(value: Any) -> str:
-    """The one form in which values are stored (``swap`` compares it exactly)."""
-    try:
-        return json.dumps(
-            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-        )
-    except (TypeError, ValueError) as exc:
-        raise StoreError(f"stores keep JSON values only: {exc}") from exc
+    """The one form in which values are stored (``swap`` compares it exactly): JSON with
+    sorted keys, compact, not ASCII-escaped, finite numbers only."""
+    return text_of(value)[0]
 
 
 def text_of(value: Any) -> tuple[str, bool]:
     """(``dumps(value)``, whether orjson parses that text back exactly). Values orjson
-    writes as ``dumps`` does (keys sorted, compact, the same escapes and shortest floats:
-    pinned by a property test) are written by orjson, three times faster."""
+    writes as ``json.dumps`` does (keys sorted, compact, the same escapes and shortest
+    floats: pinned by a property test) are written by orjson, three times faster."""
     try:
         if _same_text(value):
             return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode(), True
     except (orjson.JSONEncodeError, RecursionError):
-        pass  # lone surrogates, very deep values: dumps decides
-    return dumps(value), _orjson_reads_back(value)
+        pass  # lone surrogates, very deep values: json decides
+    try:
+        text = json.dumps(
+            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        )
+    except (TypeError, ValueError) as exc:
+        raise StoreError(f"stores keep JSON values only: {exc}") from exc
+    return text, _orjson_reads_back(value)
 
 
 def _same_text(v: Any) -> bool:

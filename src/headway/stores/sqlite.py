@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from ..errors import StoreError
-from ._base import loads, text_of
+from ._base import dumps, loads
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS headway_kv (
@@ -71,7 +71,7 @@ class SQLiteStore:
         self._run(
             "INSERT INTO headway_kv (key, value, gc_at) VALUES (?, ?, ?) "
             "ON CONFLICT(key) DO UPDATE SET value = excluded.value, gc_at = excluded.gc_at",
-            (key, text_of(value)[0], self._gc(ttl_s)),
+            (key, dumps(value), self._gc(ttl_s)),
         )
 
     def add(self, key: str, value: Any, ttl_s: float | None = None) -> bool:
@@ -79,7 +79,7 @@ class SQLiteStore:
             "INSERT INTO headway_kv (key, value, gc_at) VALUES (?, ?, ?) "
             "ON CONFLICT(key) DO UPDATE SET value = excluded.value, gc_at = excluded.gc_at "
             "WHERE headway_kv.gc_at IS NOT NULL AND headway_kv.gc_at <= ?",
-            (key, text_of(value)[0], self._gc(ttl_s), time.time()),
+            (key, dumps(value), self._gc(ttl_s), time.time()),
         )
         return cur.rowcount == 1
 
@@ -88,12 +88,12 @@ class SQLiteStore:
         if value is None:
             cur = self._run(
                 f"DELETE FROM headway_kv WHERE key = ? AND value = ? AND {live}",
-                (key, text_of(expected)[0], time.time()),
+                (key, dumps(expected), time.time()),
             )
         else:
             cur = self._run(
                 f"UPDATE headway_kv SET value = ?, gc_at = ? WHERE key = ? AND value = ? AND {live}",
-                (text_of(value)[0], self._gc(ttl_s), key, text_of(expected)[0], time.time()),
+                (dumps(value), self._gc(ttl_s), key, dumps(expected), time.time()),
             )
         return cur.rowcount == 1
 
