@@ -185,14 +185,14 @@ def test_a_session_keeps_its_most_recent_records_within_its_byte_bound() -> None
 
 
 def test_the_session_written_to_least_recently_is_dropped_past_the_total_bound() -> None:
-    audit = headway.MemoryAudit(per_session_bytes=150_000, max_bytes=250_000)
+    audit = headway.MemoryAudit(per_session_bytes=100_000, max_bytes=250_000)
     gov = _audited(audit)
-    _calls(gov, "old", 200)
-    _calls(gov, "recent", 50)
-    _calls(gov, "old", 1)  # "old" is now the session written to last
-    _calls(gov, "new", 200)
-    assert gov.audit_records("recent") == []
-    assert gov.audit_records("old") and gov.audit_records("new")
+    _calls(gov, "first", 200)
+    _calls(gov, "second", 200)
+    _calls(gov, "first", 1)  # "first" is now written to more recently than "second"
+    _calls(gov, "third", 200)  # three sessions' worth do not fit: one goes
+    assert gov.audit_records("second") == []
+    assert gov.audit_records("first") and gov.audit_records("third")
     assert audit.bytes_held() <= 250_000
 
 

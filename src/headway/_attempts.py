@@ -52,7 +52,9 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
     policy = _policy(gov, c)
     b = _breaker(gov, spec)
     classify = spec.classify or default_classify
-    bound = _deadline(gov, policy)  # the whole call's: the same for every attempt
+    # the whole call's bound, the same for every attempt (an inline tool needs it only
+    # when a retry is due)
+    bound = _deadline(gov, policy) if spec.timeout is not None else None
     start = gov.timer()
     while True:
         # a retry never starts on a claim that may have expired: renew it first
@@ -141,7 +143,8 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
         delay = policy.next_delay(c.attempts, verdict, elapsed, gov.rng)
         if delay is None:
             return
-        if bound is not None and elapsed + delay >= bound:
+        limit = bound if spec.timeout is not None else _deadline(gov, policy)
+        if limit is not None and elapsed + delay >= limit:
             c.flag("deadline_reached")
             return
         with st.lock:

@@ -153,10 +153,11 @@ class MemoryAudit:
     """Keeps the most recent records of each session in memory (a public test double too).
 
     Bounded in records and in bytes: per session, the most recent ``per_session`` records
-    that fit in ``per_session_bytes``; across sessions, ``max_bytes`` and ``sessions``
-    (the session written to least recently is dropped first). Bytes are an estimate
-    (``record_bytes``) made without walking the record: a record made on first read holds
-    the call it describes, so it costs about 1.8 KB plus its arguments and result texts.
+    that fit in about ``per_session_bytes``; across sessions, ``max_bytes`` and
+    ``sessions`` (the session written to least recently is dropped first). Bytes are
+    estimated without walking records (``AuditRecord.estimate``) on a session's first
+    record and every 64th after: the session keeps as many records as its average size
+    lets fit (a small call's record is about 1.8 KB, since until read it holds the call).
     """
 
     lazy = True  # holds AuditRecords; dicts are made when read
@@ -182,72 +183,83 @@ class MemoryAudit:
         self._sessions = sessions
         self._session_bytes = per_session_bytes
         self._max_bytes = max_bytes
-        self._bytes = 0  # all sessions
+        self._bytes = 0  # all sessions, as of each one's last measure
         self._last: str | None = None  # the session written last (the most recent)
         self._lock = threading.Lock()
 
     def write(self, record: Mapping[str, Any]) -> None:
-        if type(record) is AuditRecord:
-            sid, size = record.session, record.estimate()
-        else:
-            sid, size = str(record["session"]), record_bytes(record)
-        with self._lock:  # short: an append and counters, no record is made here
-            kept = self._by_session.get(sid)
-            if kept is None or sid != self._last:
-                kept = self._switch(sid, kept)
-            kept.records.append((size, record))
-            kept.bytes += size
-            self._bytes += size
-            if kept.bytes > self._session_bytes or len(kept.records) > self._per_session:
-                self._trim(kept)
-            if self._bytes > self._max_bytes:
-                self._drop_sessions()
+        sid = record.session if type(record) is AuditRecord else str(record["session"])
+        kept = self._by_session.get(sid)  # get and append are atomic: no lock on this path
+        if kept is None or (sid is not self._last and sid != self._last):
+            kept = self._switch(sid)
+        kept.records.append(record)  # records are fresh: no copy
+        kept.n += 1  # racy, harmless: it only says when to measure
+        if kept.n & 63 == 1:
+            self._measure(kept, record)
 
-    def _switch(self, sid: str, kept: _Kept | None) -> _Kept:
+    def _switch(self, sid: str) -> _Kept:
         """A write to another session than the last one: it becomes the most recent."""
-        if kept is None:
-            kept = self._by_session[sid] = _Kept()
+        with self._lock:
+            previous = self._by_session.get(self._last) if self._last is not None else None
+            if previous is not None:  # its records since its last measure count now
+                self._count(previous)
+            kept = self._by_session.get(sid)
+            if kept is None:
+                kept = self._by_session[sid] = _Kept(self._per_session)
+            else:
+                self._by_session.move_to_end(sid)
             self._last = sid
-            self._drop_sessions()
-        else:
-            self._by_session.move_to_end(sid)
-        self._last = sid
-        return kept
+            self._drop_sessions(keep=sid)
+            return kept
 
-    def _trim(self, kept: _Kept) -> None:
-        records = kept.records
-        while len(records) > self._per_session or (
-            kept.bytes > self._session_bytes and len(records) > 1
-        ):
-            gone = records.popleft()[0]
-            kept.bytes -= gone
-            self._bytes -= gone
+    def _count(self, kept: _Kept) -> None:
+        held = int(len(kept.records) * kept.avg)
+        self._bytes += held - kept.bytes
+        kept.bytes = held
 
-    def _drop_sessions(self) -> None:
-        """Drop the sessions written to least recently (never the last one written)."""
+    def _measure(self, kept: _Kept, record: Mapping[str, Any]) -> None:
+        """Sample this record's size; keep as many of the session's records as fit."""
+        size = record.estimate() if type(record) is AuditRecord else record_bytes(record)
+        with self._lock:
+            kept.avg = size if kept.avg == 0 else (kept.avg * 7 + size) / 8
+            fit = max(1, min(self._per_session, int(self._session_bytes // kept.avg)))
+            records = kept.records
+            while len(records) > fit:  # popleft and the writers' appends are atomic
+                records.popleft()
+            self._count(kept)
+            if self._bytes > self._max_bytes:
+                self._drop_sessions(keep=self._last)
+
+    def _drop_sessions(self, keep: str | None) -> None:
+        """Drop the sessions written to least recently (never ``keep``, the newest)."""
         sessions = self._by_session
         while len(sessions) > 1 and (
             len(sessions) > self._sessions or self._bytes > self._max_bytes
         ):
-            self._bytes -= sessions.popitem(last=False)[1].bytes
+            sid, oldest = next(iter(sessions.items()))
+            if sid == keep:
+                break
+            del sessions[sid]
+            self._bytes -= oldest.bytes
 
     def records(self, session_id: str) -> list[dict[str, Any]]:
-        with self._lock:
-            kept = self._by_session.get(session_id)
-            held = [r for _, r in kept.records] if kept is not None else []
+        kept = self._by_session.get(session_id)
+        held = kept.records.copy() if kept is not None else ()  # copy(): atomic
         return [r.to_dict() if isinstance(r, AuditRecord) else dict(r) for r in held]
 
     def bytes_held(self) -> int:
-        """The estimated size of every record held, all sessions."""
+        """The estimated size of the records held, all sessions (as last measured)."""
         return self._bytes
 
 
 class _Kept:
-    __slots__ = ("bytes", "records")
+    __slots__ = ("avg", "bytes", "n", "records")
 
-    def __init__(self) -> None:
-        self.records: collections.deque[tuple[int, Mapping[str, Any]]] = collections.deque()
-        self.bytes = 0
+    def __init__(self, per_session: int) -> None:
+        self.records: collections.deque[Mapping[str, Any]] = collections.deque(maxlen=per_session)
+        self.n = 0  # records written (approximately: writers race on it)
+        self.avg = 0.0  # estimated bytes per record
+        self.bytes = 0  # estimated bytes held, as of the last measure
 
 
 _RECORD_BYTES = 1_800  # a small call's record, measured with tracemalloc
