@@ -32,9 +32,11 @@ def rate(fn: Callable[[int], Any], n: int, start: int) -> float:
     return n / (time.perf_counter() - t0)
 
 
-def headway_writes(store: headway.Store) -> Callable[[int], Any]:
+def headway_writes(store: headway.Store, cached_tool: bool = False) -> Callable[[int], Any]:
     gov = headway.Governor(store=store, audit=[])
     gov.register("pay", lambda order: {"ok": order}, effect="write", timeout=None)
+    if cached_tool:  # a cached read registered: every write also bumps the cache generation
+        gov.register("lookup", lambda q: q, effect="read", deterministic=True)
     s = gov.session(uuid.uuid4().hex)
     run = uuid.uuid4().hex
 
@@ -127,7 +129,12 @@ def raw_sqlite(path: str) -> tuple[Callable[[int], Any], Callable[[int], Any]]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=2000)
-    n = ap.parse_args().n
+    ap.add_argument(
+        "--cached-tool", action="store_true", help="register a cached read beside the write"
+    )
+    ap.add_argument("--stores", default="sqlite,redis,postgres")
+    args = ap.parse_args()
+    n = args.n
     import tempfile
 
     tmp = tempfile.mkdtemp(prefix="headway-bench-")
@@ -145,8 +152,13 @@ def main() -> None:
             raw_postgres,
         ),
     ]
-    print(f"settings: n={n}, audit off (audit=[]), tool timeout=None (inline), a new key per write")
+    print(
+        f"settings: n={n}, audit off (audit=[]), tool timeout=None (inline), a new key per write,"
+        f" {'a' if args.cached_tool else 'no'} cached tool registered"
+    )
     for name, make, raw in setups:
+        if name not in args.stores.split(","):
+            continue
         try:
             store = make()
             one, two = raw()
@@ -156,7 +168,7 @@ def main() -> None:
         # interleave small batches so that all three see the same machine conditions (a
         # commit's fsync time varies several-fold from one moment to the next here)
         h = r1 = r2 = 0.0
-        write = headway_writes(store)
+        write = headway_writes(store, args.cached_tool)
         batch = max(50, n // 20)
         for k in range(20):
             r1 = max(r1, rate(one, batch, k * batch))

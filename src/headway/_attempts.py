@@ -52,6 +52,9 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
     policy = _policy(gov, c)
     b = _breaker(gov, spec)
     classify = spec.classify or default_classify
+    # the whole call's bound, the same for every attempt (an inline tool needs it only
+    # when a retry is due)
+    bound = _deadline(gov, policy) if spec.timeout is not None else None
     start = gov.timer()
     while True:
         # a retry never starts on a claim that may have expired: renew it first
@@ -81,7 +84,7 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
             probe = decision == "probe"
         timeout = spec.timeout
         # a tool without a timeout runs inline: only its retry policy's deadline cuts it
-        deadline = _deadline(gov, policy) if timeout is not None else policy.deadline_s
+        deadline = bound if timeout is not None else policy.deadline_s
         if deadline is not None:
             left = max(deadline - (gov.timer() - start), 0.001)
             timeout = left if timeout is None else min(timeout, left)
@@ -140,8 +143,8 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
         delay = policy.next_delay(c.attempts, verdict, elapsed, gov.rng)
         if delay is None:
             return
-        deadline = _deadline(gov, policy)
-        if deadline is not None and elapsed + delay >= deadline:
+        limit = bound if spec.timeout is not None else _deadline(gov, policy)
+        if limit is not None and elapsed + delay >= limit:
             c.flag("deadline_reached")
             return
         with st.lock:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import functools
 import inspect
 import queue
 import threading
@@ -60,49 +62,125 @@ Effect = Blocking | Attempt | Sleep | Wait
 Plan = Generator[Effect, Any, T]
 
 
+class Job:
+    """One function run by a pool thread, waited for by a bare lock, not a Future.
+
+    A ``Future`` waits through a ``Condition`` (Python code on both sides of the hand-off);
+    the lock makes the hand-off itself the only cost. ``wake`` is called once the job has
+    run; a job the caller gave up on before it started (``cancel``) never runs, and one
+    it gave up on while running (``abandon``) completes a Future when it ends.
+    """
+
+    __slots__ = ("_claim", "_finished", "_late", "args", "error", "fn", "value", "wake")
+
+    def __init__(
+        self, fn: Callable[..., Any], args: tuple[Any, ...], wake: Callable[[], Any]
+    ) -> None:
+        self.fn, self.args, self.wake = fn, args, wake
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self._claim = _new_lock()  # taken by whoever comes first: the worker or cancel()
+        self._finished = False
+        self._late: concurrent.futures.Future[Any] | None = None
+
+    def run(self) -> None:
+        if not self._claim.acquire(False):
+            return  # cancelled before it started
+        try:
+            self.value = self.fn(*self.args)
+        except BaseException as exc:
+            self.error = exc
+        self.fn = self.args = None  # type: ignore[assignment]  # hold no arguments once run
+        # no lock with abandon(): each side writes its flag, then reads the other's (under
+        # the GIL, in that order), so at least one of them sees both
+        self._finished = True
+        late = self._late
+        self.wake()
+        if late is not None:
+            _complete(late, self)
+
+    def outcome(self) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+    def cancel(self) -> bool:
+        """True when the job had not started: it never will."""
+        return self._claim.acquire(False)
+
+    def abandon(self) -> concurrent.futures.Future[Any] | None:
+        """The caller stops waiting for a job that started: a Future of its outcome, which
+        completes when it ends; None when it has ended already (its outcome is ready)."""
+        late: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        late.set_running_or_notify_cancel()
+        self._late = late
+        if self._finished:
+            return None  # run() may complete ``late`` too: nobody else holds it
+        return late  # run() has yet to read _late: it will complete it
+
+
+_new_lock = threading.Lock
+
+
+def _complete(fut: concurrent.futures.Future[Any], job: Job) -> None:
+    if job.error is not None:
+        fut.set_exception(job.error)
+    else:
+        fut.set_result(job.value)
+
+
 class Threads:
     """Where sync tools with a timeout run, so that a hung one can be abandoned.
 
     The pool grows: a call that finds no idle thread starts one, so hung tools never take
     capacity from healthy ones. Threads are daemons (a hung tool never keeps the
-    interpreter from exiting) and leave after a minute idle. A job whose caller gave up
-    before it started (``Future.cancel``) never starts.
+    interpreter from exiting) and leave after a minute idle.
     """
 
     def __init__(self, idle_s: float = 60.0) -> None:
-        self._jobs: queue.SimpleQueue[tuple[concurrent.futures.Future[Any], Any, tuple[Any, ...]]]
-        self._jobs = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[Job] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._idle = 0  # idle threads not yet promised a job
         self._idle_s = idle_s
 
-    def submit(self, fn: Callable[..., T], *args: Any) -> concurrent.futures.Future[T]:
-        fut: concurrent.futures.Future[T] = concurrent.futures.Future()
+    def start(self, fn: Callable[..., Any], args: tuple[Any, ...], wake: Callable[[], Any]) -> Job:
+        """Run ``fn(*args)`` in a pool thread; ``wake()`` is called there once it has run."""
+        job = Job(fn, args, wake)
         with self._lock:
-            start = self._idle == 0
-            if not start:
+            spawn = self._idle == 0
+            if not spawn:
                 self._idle -= 1
-        self._jobs.put((fut, fn, args))
-        if start:
+        self._jobs.put(job)
+        if spawn:
             threading.Thread(target=self._work, name="headway-tool", daemon=True).start()
-        return fut
+        return job
+
+    def wait(
+        self, fn: Callable[..., Any], args: tuple[Any, ...], timeout: float | None
+    ) -> tuple[Job, bool]:
+        """Run ``fn(*args)`` in a pool thread and wait up to ``timeout`` seconds: the job,
+        and whether it ended (then read ``outcome()``; else ``cancel()`` or ``abandon()``)."""
+        done = _new_lock()
+        done.acquire()
+        job = self.start(fn, args, done.release)
+        return job, done.acquire(True, -1 if timeout is None else timeout)
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` in a pool thread (an event loop of its own, say), waited for."""
+        return self.wait(fn, args, None)[0].outcome()
 
     def _work(self) -> None:
         while True:
             try:
-                fut, fn, args = self._jobs.get(timeout=self._idle_s)
+                job = self._jobs.get(timeout=self._idle_s)
             except queue.Empty:
                 with self._lock:
                     if self._idle > 0:  # nobody was promised this thread: leave
                         self._idle -= 1
                         return
                 continue  # a job is on its way to us
-            if fut.set_running_or_notify_cancel():
-                try:
-                    fut.set_result(fn(*args))
-                except BaseException as exc:
-                    fut.set_exception(exc)
-            del fut, fn, args
+            job.run()
+            del job
             with self._lock:
                 self._idle += 1
 
@@ -133,23 +211,27 @@ def _call_through(fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:
     return result
 
 
+def _timed_out(job: Job, timeout: float | None) -> Any:
+    """The caller's wait for ``job`` ended without its outcome."""
+    if job.cancel():  # it had not started yet: it never will
+        raise AttemptTimeout(timeout or 0.0, None)
+    late = job.abandon()
+    if late is None:  # it ended just as the wait did: in time after all
+        return job.outcome()
+    raise AttemptTimeout(timeout or 0.0, late)  # it runs on, abandoned
+
+
 def _attempt_sync(e: Attempt, sleep: Callable[[float], None]) -> Any:
     if e.is_async:
-        fut = _pool.submit(_run_coroutine, e.fn, e.kwargs, e.timeout)
+        job, ended = _pool.wait(_run_coroutine, (e.fn, e.kwargs, e.timeout), e.timeout)
     elif e.timeout is None:
         result = e.fn(**e.kwargs)
         if type(result) not in _NOT_AWAITABLE and inspect.isawaitable(result):
-            return _pool.submit(asyncio.run, _awaited(result)).result()
+            return _pool.call(asyncio.run, _awaited(result))
         return result
     else:
-        fut = _pool.submit(_call_through, e.fn, e.kwargs)
-    try:
-        return fut.result(timeout=e.timeout)
-    except TimeoutError:
-        if fut.done():
-            raise  # the tool's own timeout: the pipeline treats it as one too
-        # an attempt that has not started yet never will; one that has runs on, abandoned
-        raise AttemptTimeout(e.timeout or 0.0, None if fut.cancel() else fut) from None
+        job, ended = _pool.wait(_call_through, (e.fn, e.kwargs), e.timeout)
+    return job.outcome() if ended else _timed_out(job, e.timeout)
 
 
 def drive_sync(plan: Plan[T], sleep: Callable[[float], None] = time.sleep) -> T:
@@ -165,7 +247,7 @@ def drive_sync(plan: Plan[T], sleep: Callable[[float], None] = time.sleep) -> T:
             if isinstance(effect, Blocking):
                 send = effect.fn(*effect.args)
                 if inspect.isawaitable(send):  # an async reconcile function, say
-                    send = _pool.submit(asyncio.run, _awaited(send)).result()
+                    send = _pool.call(asyncio.run, _awaited(send))
             elif isinstance(effect, Attempt):
                 send = _attempt_sync(effect, sleep)
             elif isinstance(effect, Sleep):
@@ -184,14 +266,29 @@ async def _attempt_async(e: Attempt) -> Any:
                 return await e.fn(**e.kwargs)
         except TimeoutError:
             raise AttemptTimeout(e.timeout or 0.0) from None
-    # a sync tool must not block the event loop: it runs in a thread, abandoned on timeout
-    fut = _pool.submit(_call_through, e.fn, e.kwargs)
+    # a sync tool must not block the event loop: it runs in a thread, abandoned on timeout;
+    # the thread wakes the loop with one callback (no wrapped Future, no task)
+    loop = asyncio.get_running_loop()
+    ended: asyncio.Future[bool] = loop.create_future()  # True: the job ran; False: timeout
+    job = _pool.start(_call_through, (e.fn, e.kwargs), functools.partial(_wake, loop, ended))
+    # a timer that answers False, not asyncio.timeout: no task cancellation, no coroutines
+    timer = None if e.timeout is None else loop.call_later(e.timeout, _resolve, ended, False)
     try:
-        return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(fut)), e.timeout)
-    except TimeoutError:
-        if fut.done():
-            raise
-        raise AttemptTimeout(e.timeout or 0.0, None if fut.cancel() else fut) from None
+        in_time = await ended
+    finally:
+        if timer is not None:
+            timer.cancel()
+    return job.outcome() if in_time else _timed_out(job, e.timeout)
+
+
+def _wake(loop: asyncio.AbstractEventLoop, ended: asyncio.Future[bool]) -> None:
+    with contextlib.suppress(RuntimeError):  # the loop has closed: nobody is waiting
+        loop.call_soon_threadsafe(_resolve, ended, True)
+
+
+def _resolve(ended: asyncio.Future[bool], in_time: bool) -> None:
+    if not ended.done():  # the first answer counts; a cancelled waiter cancelled it
+        ended.set_result(in_time)
 
 
 async def drive_async(plan: Plan[T], sleep: Callable[[float], Any] = asyncio.sleep) -> T:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -70,6 +71,7 @@ class Keeper:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        self._wakes_at = math.inf  # when the keeper looks next (monotonic), unless woken
 
     def hold(self, held: Held) -> None:
         with self._lock:
@@ -79,7 +81,11 @@ class Keeper:
                     target=self._run, name="headway-leases", daemon=True
                 )
                 self._thread.start()
-        self._wake.set()
+                return  # it looks at the claims as it starts
+            # wake the keeper only when it would look too late for this claim: a wake is
+            # a thread switch, the larger part of a keyed write's cost on a fast store
+            if self._wakes_at > held.renewed + held.lease_s / 6:
+                self._wake.set()
 
     def drop(self, held: Held) -> None:
         with self._lock:
@@ -112,10 +118,13 @@ class Keeper:
                 if not held and idle_since is not None and time.monotonic() - idle_since > 5:
                     self._thread = None  # idle a while: leave (hold() starts another)
                     return
-            self._wake.clear()
+                # with the snapshot: a claim held after it wakes us (we are awake until
+                # _sleep() says when we look next), so none waits for a later round
+                self._wake.clear()
+                self._wakes_at = math.inf
             if not held:
                 idle_since = idle_since or time.monotonic()
-                self._wake.wait(1.0)
+                self._sleep(1.0)
                 continue
             idle_since = None
             now = time.monotonic()
@@ -128,4 +137,9 @@ class Keeper:
                     with contextlib.suppress(Exception):  # a missed beat: the next one retries
                         h.renew()
             tick = min(h.lease_s for h in held) / 6
-            self._wake.wait(min(max(tick, 0.005), 1.0))
+            self._sleep(min(max(tick, 0.005), 1.0))
+
+    def _sleep(self, seconds: float) -> None:
+        # published before the wait: a claim held from now on sees when we will look
+        self._wakes_at = time.monotonic() + seconds
+        self._wake.wait(seconds)

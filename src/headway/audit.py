@@ -12,6 +12,7 @@ read), ``stop`` (the diagnostic when this call reached a limit, else None) and `
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import json
 import logging
@@ -74,6 +75,16 @@ class AuditRecord(Mapping[str, Any]):
             values[i] = summarize(values[i].text, values[i].redact)
         return values[i]
 
+    def estimate(self) -> int:
+        """About how many bytes this record holds, without making it: until first read it
+        holds the call (its arguments twice over, as the dict and as their text, and its
+        result text); once made, its values."""
+        if self._make is None:
+            return _RECORD_BYTES + sum(len(v) for v in self._values if isinstance(v, str))
+        call = self._source[0] if self._source else None
+        text = getattr(call, "text", None)
+        return _RECORD_BYTES + 2 * len(getattr(call, "canon", "")) + len(text or "")
+
     def __iter__(self) -> Iterator[str]:
         return iter(FIELDS)
 
@@ -112,8 +123,18 @@ def summarize(canonical: str, names: tuple[str, ...], limit: int = 1000) -> str:
     OpenTelemetry's ``gen_ai.tool.call.arguments``). Long text is redacted without being
     parsed: the cost and the memory stay bounded whatever the argument size."""
     if len(canonical) > limit:
-        return redact_json_text(canonical, names, limit)
+        # only the head is looked at: a repeated call (a cache hit) finds its summary again
+        return _summarize_long(canonical[: limit + _HEAD], names, limit)
     return _summarize_short(canonical, names, limit)
+
+
+_HEAD = 200  # characters past ``limit`` that redact_json_text reads (a pair cut at limit)
+
+
+@functools.lru_cache(maxsize=256)  # keys and values up to ~2 KB each: ~0.5 MB at most
+def _summarize_long(head: str, names: tuple[str, ...], limit: int) -> str:
+    # ``head`` is longer than ``limit`` (the whole text was), so it is always cut
+    return redact_json_text(head, names, limit)
 
 
 @functools.lru_cache(maxsize=4096)  # repeated calls repeat their (short) arguments
@@ -127,35 +148,136 @@ def _summarize_short(canonical: str, names: tuple[str, ...], limit: int) -> str:
     return redacted if len(redacted) <= limit else redacted[:limit] + "..."
 
 
+MiB = 1 << 20
+
+
 class MemoryAudit:
-    """Keeps the most recent records of each session in memory (a public test double too)."""
+    """Keeps the most recent records of each session in memory (a public test double too).
+
+    Bounded in records and in bytes: per session, the most recent ``per_session`` records
+    that fit in about ``per_session_bytes``; across sessions, ``max_bytes`` and
+    ``sessions`` (the session written to least recently is dropped first). Bytes are
+    estimated without walking records (``AuditRecord.estimate``) on a session's first
+    record and every 64th after: the session keeps as many records as its average size
+    lets fit (a small call's record is about 1.8 KB, since until read it holds the call).
+    """
 
     lazy = True  # holds AuditRecords; dicts are made when read
 
-    def __init__(self, *, per_session: int = 10_000, sessions: int = 1_000) -> None:
-        self._by_session: collections.OrderedDict[str, collections.deque[dict[str, Any]]] = (
-            collections.OrderedDict()
-        )
+    def __init__(
+        self,
+        *,
+        per_session: int = 10_000,
+        sessions: int = 1_000,
+        per_session_bytes: int = 4 * MiB,
+        max_bytes: int = 64 * MiB,
+    ) -> None:
+        for name, value in (
+            ("per_session", per_session),
+            ("sessions", sessions),
+            ("per_session_bytes", per_session_bytes),
+            ("max_bytes", max_bytes),
+        ):
+            if type(value) is not int or value < 1:
+                raise ValueError(f"MemoryAudit {name} must be a positive int, not {value!r}")
+        self._by_session: collections.OrderedDict[str, _Kept] = collections.OrderedDict()
         self._per_session = per_session
         self._sessions = sessions
+        self._session_bytes = per_session_bytes
+        self._max_bytes = max_bytes
+        self._bytes = 0  # all sessions, as of each one's last measure
+        self._last: str | None = None  # the session written last (the most recent)
         self._lock = threading.Lock()
 
     def write(self, record: Mapping[str, Any]) -> None:
         sid = record.session if type(record) is AuditRecord else str(record["session"])
-        queue = self._by_session.get(sid)  # get and append are atomic: a lock only to add
-        if queue is None:
-            with self._lock:
-                queue = self._by_session.get(sid)
-                if queue is None:
-                    queue = self._by_session[sid] = collections.deque(maxlen=self._per_session)
-                    while len(self._by_session) > self._sessions:
-                        self._by_session.popitem(last=False)
-        queue.append(record)  # type: ignore[arg-type]  # records are fresh: no copy
+        kept = self._by_session.get(sid)  # get and append are atomic: no lock on this path
+        if kept is None or (sid is not self._last and sid != self._last):
+            kept = self._switch(sid)
+        records = kept.records
+        records.append(record)  # records are fresh: no copy
+        if len(records) > kept.fit:
+            # one out for one in, like a full deque: freeing a record frees the call it
+            # holds, ~2 us; many at once free whole memory arenas, dearer still
+            with contextlib.suppress(IndexError):  # another writer took the last one
+                records.popleft()
+        kept.n += 1  # racy, harmless: it only says when to measure
+        if kept.n & 63 == 1:
+            self._measure(kept, record)
+
+    def _switch(self, sid: str) -> _Kept:
+        """A write to another session than the last one: it becomes the most recent."""
+        with self._lock:
+            previous = self._by_session.get(self._last) if self._last is not None else None
+            if previous is not None:  # its records since its last measure count now
+                self._count(previous)
+            kept = self._by_session.get(sid)
+            if kept is None:
+                kept = self._by_session[sid] = _Kept(self._per_session)
+            else:
+                self._by_session.move_to_end(sid)
+            self._last = sid
+            self._drop_sessions(keep=sid)
+            return kept
+
+    def _count(self, kept: _Kept) -> None:
+        held = int(len(kept.records) * kept.avg)
+        self._bytes += held - kept.bytes
+        kept.bytes = held
+
+    def _measure(self, kept: _Kept, record: Mapping[str, Any]) -> None:
+        """Sample this record's size; keep as many of the session's records as fit."""
+        size = record.estimate() if type(record) is AuditRecord else record_bytes(record)
+        with self._lock:
+            kept.avg = size if kept.avg == 0 else (kept.avg * 7 + size) / 8
+            kept.fit = fit = max(1, min(self._per_session, int(self._session_bytes // kept.avg)))
+            records = kept.records
+            while len(records) > fit:  # larger records than before: popleft is atomic
+                records.popleft()
+            self._count(kept)
+            if self._bytes > self._max_bytes:
+                self._drop_sessions(keep=self._last)
+
+    def _drop_sessions(self, keep: str | None) -> None:
+        """Drop the sessions written to least recently (never ``keep``, the newest)."""
+        sessions = self._by_session
+        while len(sessions) > 1 and (
+            len(sessions) > self._sessions or self._bytes > self._max_bytes
+        ):
+            sid, oldest = next(iter(sessions.items()))
+            if sid == keep:
+                break
+            del sessions[sid]
+            self._bytes -= oldest.bytes
 
     def records(self, session_id: str) -> list[dict[str, Any]]:
-        queue = self._by_session.get(session_id)
-        kept = queue.copy() if queue is not None else ()  # copy(): atomic, unlike iterating
-        return [r.to_dict() if isinstance(r, AuditRecord) else dict(r) for r in kept]
+        kept = self._by_session.get(session_id)
+        held = kept.records.copy() if kept is not None else ()  # copy(): atomic
+        return [r.to_dict() if isinstance(r, AuditRecord) else dict(r) for r in held]
+
+    def bytes_held(self) -> int:
+        """The estimated size of the records held, all sessions (as last measured)."""
+        return self._bytes
+
+
+class _Kept:
+    __slots__ = ("avg", "bytes", "fit", "n", "records")
+
+    def __init__(self, per_session: int) -> None:
+        self.records: collections.deque[Mapping[str, Any]] = collections.deque(maxlen=per_session)
+        self.fit = per_session  # records that fit the byte bound, as last measured
+        self.n = 0  # records written (approximately: writers race on it)
+        self.avg = 0.0  # estimated bytes per record
+        self.bytes = 0  # estimated bytes held, as of the last measure
+
+
+_RECORD_BYTES = 1_800  # a small call's record, measured with tracemalloc
+
+
+def record_bytes(record: Mapping[str, Any]) -> int:
+    """An estimate of a plain record's size: its texts plus a fixed part."""
+    texts = sum(len(v) for v in record.values() if isinstance(v, str))
+    return _RECORD_BYTES + texts
 
 
 class JSONLSink:

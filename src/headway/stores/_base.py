@@ -15,6 +15,8 @@ import json
 import json.scanner
 from typing import Any, Protocol, runtime_checkable
 
+import orjson
+
 from ..errors import StoreError
 
 
@@ -46,13 +48,76 @@ class Store(Protocol):
 
 
 def dumps(value: Any) -> str:
-    """The one form in which values are stored (``swap`` compares it exactly)."""
+    """The one form in which values are stored (``swap`` compares it exactly): JSON with
+    sorted keys, compact, not ASCII-escaped, finite numbers only."""
+    return text_of(value)[0]
+
+
+def text_of(value: Any) -> tuple[str, bool]:
+    """(``dumps(value)``, whether orjson parses that text back exactly). Values orjson
+    writes as ``json.dumps`` does (keys sorted, compact, the same escapes and shortest
+    floats: pinned by a property test) are written by orjson, three times faster."""
     try:
-        return json.dumps(
+        if _same_text(value):
+            return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode(), True
+    except (orjson.JSONEncodeError, RecursionError):
+        pass  # lone surrogates, very deep values: json decides
+    try:
+        text = json.dumps(
             value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
         )
     except (TypeError, ValueError) as exc:
         raise StoreError(f"stores keep JSON values only: {exc}") from exc
+    return text, _orjson_reads_back(value)
+
+
+def _same_text(v: Any) -> bool:
+    """Whether orjson writes ``v`` as ``dumps`` does: exact str, bool, None, 64-bit ints,
+    floats that both write without an exponent (zero, or 1e-4 <= |x| < 1e16), and lists
+    and str-keyed dicts of those (both sort keys by code point). One call per container,
+    leaves checked inline (records are walked on every store write)."""
+    t = type(v)
+    if t is dict:
+        for k in v:
+            if type(k) is not str:
+                return False
+        values: Any = v.values()
+    elif t is list:
+        values = v
+    else:
+        return _same_leaf(v)
+    for x in values:
+        tx = type(x)
+        if tx is str or tx is bool or x is None:
+            continue
+        if tx is dict or tx is list:
+            if not _same_text(x):
+                return False
+        elif not _same_leaf(x):
+            return False
+    return True
+
+
+def _same_leaf(x: Any) -> bool:
+    t = type(x)
+    if t is str or t is bool or x is None:
+        return True
+    if t is int:
+        return -(2**63) <= x < 2**64  # type: ignore[no-any-return]
+    if t is float:
+        return x == 0.0 or 1e-4 <= abs(x) < 1e16  # type: ignore[no-any-return]
+    return False
+
+
+def _orjson_reads_back(value: Any) -> bool:
+    """Whether orjson parses this value's stored text back exactly. It reads integers past
+    64 bits as floats; it refuses to write those (and anything else it cannot read back
+    the same), so a value it can write is one it reads back."""
+    try:
+        orjson.dumps(value)
+    except (orjson.JSONEncodeError, TypeError):
+        return False
+    return True
 
 
 _scan = getattr(json.scanner, "c_make_scanner", None)

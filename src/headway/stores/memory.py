@@ -9,18 +9,7 @@ from typing import Any
 
 import orjson
 
-from ._base import dumps, loads
-
-
-def _orjson_reads_back(value: Any) -> bool:
-    """Whether orjson parses this value's stored text back exactly. It reads integers past
-    64 bits as floats; it refuses to write those (and anything else it cannot read back
-    the same), so a value it can write is one it reads back."""
-    try:
-        orjson.dumps(value)
-    except (orjson.JSONEncodeError, TypeError):
-        return False
-    return True
+from ._base import loads, text_of
 
 
 class MemoryStore:
@@ -67,14 +56,12 @@ class MemoryStore:
         return orjson.loads(item[0]) if item[2] else loads(item[0])
 
     def set(self, key: str, value: Any, ttl_s: float | None = None) -> None:
-        text = dumps(value)
-        fast = _orjson_reads_back(value)
+        text, fast = text_of(value)
         with self._lock:
             self._put(key, text, ttl_s, time.monotonic(), fast)
 
     def add(self, key: str, value: Any, ttl_s: float | None = None) -> bool:
-        text = dumps(value)
-        fast = _orjson_reads_back(value)
+        text, fast = text_of(value)
         with self._lock:
             now = time.monotonic()
             if self._live(key, now) is not None:
@@ -83,8 +70,8 @@ class MemoryStore:
             return True
 
     def swap(self, key: str, expected: Any, value: Any | None, ttl_s: float | None = None) -> bool:
-        old, new = dumps(expected), None if value is None else dumps(value)
-        fast = value is not None and _orjson_reads_back(value)
+        old = text_of(expected)[0]
+        new, fast = (None, False) if value is None else text_of(value)
         with self._lock:
             now = time.monotonic()
             if self._live(key, now) != old:
