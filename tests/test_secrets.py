@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hs
 
 import headway
+from headway._redact import _SHAPES, REDACTED, scrub
 from headway.audit import summarize
 from headway.testing import ScriptedTool
 
@@ -168,3 +172,75 @@ def test_a_tool_error_message_with_a_url_password_is_scrubbed(gov: headway.Gover
     assert out.status is headway.Status.ERROR
     assert SECRET not in out.to_model() and SECRET not in json.dumps(out.error)
     assert "api.example.com" in out.to_model()
+
+
+# The URL shapes as first written (before they were anchored to avoid quadratic scans):
+# scrub() must redact exactly as these, with the other shapes unchanged.
+_REFERENCE_SHAPES = (
+    (re.compile(r"([a-zA-Z][a-zA-Z0-9+.\-]*://[^/\s:@'\"]*):[^@\s'\"]*@"), r"\1:" + REDACTED + "@"),
+    (re.compile(r"([a-zA-Z][a-zA-Z0-9+.\-]*://)[^/\s:@'\"]+@"), r"\1" + REDACTED + "@"),
+    *_SHAPES[2:],
+)
+_PIECES = [
+    *"aZ09+.-:/@ _=&'\"\u017f\u212a\u0131\u0130",
+    "://",
+    "redis://u:pw@h",
+    "1http://a:b@c",
+    "password=",
+    "Bearer abcdefghij",
+    "TOKEN ",
+    "sk-abcdefghijklmnop",
+    "AKIA1234567890ABCDEF",
+    "api_key:",
+    "ghp_",
+    "xoxb-",
+    "x" * 40,
+    # every word of every shape, so that a shape skipped wrongly shows
+    *[
+        "bearer",
+        "basic",
+        "token",
+        "pass",
+        "pwd",
+        "secret",
+        "key",
+        "auth",
+        "sig",
+        "credential",
+        "cookie",
+        "sk",
+        "pk",
+        "rk",
+        "gh",
+        "xox",
+        "akia",
+    ],
+    "Pass",
+    "SIG",
+    "Cookie",
+    "pa\u017f\u017fword=",  # IGNORECASE matches the long s to "s"; lower() keeps it
+]
+
+
+def _reference_scrub(text: str) -> str:
+    for pattern, repl in _REFERENCE_SHAPES:
+        text = pattern.sub(repl, text)
+    return text
+
+
+@settings(max_examples=2000, deadline=None)
+@given(hs.lists(hs.sampled_from(_PIECES), max_size=24).map("".join))
+def test_scrub_redacts_exactly_as_the_reference_patterns(text: str) -> None:
+    """The skipped shapes (text without their words) and the anchored URL patterns change
+    nothing: scrub() gives what running every reference pattern gives, on ASCII and on
+    text whose case folding lower() does not reproduce (Kelvin sign, long s)."""
+    assert scrub(text) == _reference_scrub(text)
+
+
+def test_long_arguments_are_redacted_by_their_own_tool_s_names() -> None:
+    """Summaries of long arguments are remembered for repeated calls, per set of secret
+    names: the same text under another tool's redact= list is redacted by that list."""
+    text = headway.canonical_json({"card": "4242", "z": "x" * 5000})
+    assert "4242" in summarize(text, ("password",))
+    assert "4242" not in summarize(text, ("password", "card"))
+    assert "4242" in summarize(text, ("password",))

@@ -112,8 +112,18 @@ def summarize(canonical: str, names: tuple[str, ...], limit: int = 1000) -> str:
     OpenTelemetry's ``gen_ai.tool.call.arguments``). Long text is redacted without being
     parsed: the cost and the memory stay bounded whatever the argument size."""
     if len(canonical) > limit:
-        return redact_json_text(canonical, names, limit)
+        # only the head is looked at: a repeated call (a cache hit) finds its summary again
+        return _summarize_long(canonical[: limit + _HEAD], names, limit)
     return _summarize_short(canonical, names, limit)
+
+
+_HEAD = 200  # characters past ``limit`` that redact_json_text reads (a pair cut at limit)
+
+
+@functools.lru_cache(maxsize=256)  # keys and values up to ~2 KB each: ~0.5 MB at most
+def _summarize_long(head: str, names: tuple[str, ...], limit: int) -> str:
+    # ``head`` is longer than ``limit`` (the whole text was), so it is always cut
+    return redact_json_text(head, names, limit)
 
 
 @functools.lru_cache(maxsize=4096)  # repeated calls repeat their (short) arguments
