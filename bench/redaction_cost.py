@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import subprocess
 import sys
 import tempfile
@@ -68,9 +69,10 @@ def redaction(base: types.ModuleType, batch: int, rounds: int) -> None:
     now = headway._redact
     for label, template in TEXTS.items():
         print(f"scrub, {label}:")
-        b, n = fresh(template), fresh(template)
+        b, n, f = fresh(template), fresh(template), fresh(template)
         best_of(
             [
+                ("making the text (in both)", lambda f=f: next(f)),  # type: ignore[misc]
                 ("before", lambda b=b: base.scrub(next(b))),  # type: ignore[misc]
                 ("after", lambda n=n: now.scrub(next(n))),  # type: ignore[misc]
             ],
@@ -144,7 +146,11 @@ def jsonl(base_audit: types.ModuleType, batch: int, rounds: int) -> None:
         after = headway.JSONLSink(Path(tmp) / "after.jsonl")
         print("JSONLSink.write, one 32-field record:")
         best_of(
-            [("before", lambda: before.write(record)), ("after", lambda: after.write(record))],
+            [
+                ("json.dumps (in both)", lambda: json.dumps(record, default=str, sort_keys=True)),
+                ("before", lambda: before.write(record)),
+                ("after", lambda: after.write(record)),
+            ],
             batch,
             rounds,
         )
