@@ -174,8 +174,9 @@ class JSONLSink:
     """Appends one JSON line per record to a file.
 
     The file stays open between records; each record is one ``write`` to a descriptor
-    opened for appending, so nothing returned is left in a buffer (a crash loses no
-    record) and writers in one process, or several, never interleave within a line. When
+    opened for appending, so nothing returned is left in a buffer (a crash of the process
+    loses no record) and writers never interleave within a line (threads of one process
+    take turns; other processes appending to a local file land after a whole line). When
     the path no longer names the open file (rotated or removed), the next record reopens
     it. ``close()`` closes the file; a later record opens it again.
     """
