@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as hs
 
 import headway
-from headway._redact import _SHAPES, REDACTED, scrub
+from headway._redact import _SHAPES, REDACTED, _holds_a_word, scrub
 from headway.audit import summarize
 from headway.testing import ScriptedTool
 
@@ -214,7 +214,20 @@ _PIECES = [
         "gh",
         "xox",
         "akia",
+        "k-",
+        "k_",
+        "ghp",
+        "gho",
+        "ghs",
+        "AKIA",
     ],
+    "SK-abcdefghijklmnop",  # the key shapes are case-sensitive: no lower-cased word matches
+    "Akia1234567890ABCDEF",
+    # a secret each word alone finds, so that a word left out shows
+    *[f"{w}=v" for w in ("pass", "pwd", "secret", "token", "key", "auth", "sig", "cookie")],
+    "credentials:v",
+    "basic abcdefghij",
+    *[f"{p}abcdefghijklmn" for p in ("rk-", "pk_", "ghp_", "gho-", "ghs_", "xoxp-")],
     "Pass",
     "SIG",
     "Cookie",
@@ -244,3 +257,17 @@ def test_long_arguments_are_redacted_by_their_own_tool_s_names() -> None:
     assert "4242" in summarize(text, ("password",))
     assert "4242" not in summarize(text, ("password", "card"))
     assert "4242" in summarize(text, ("password",))
+
+
+@settings(max_examples=2000, deadline=None)
+@given(
+    hs.lists(
+        hs.sampled_from(_PIECES) | hs.text(hs.characters(codec="ascii"), max_size=6), max_size=6
+    ).map("".join)
+)
+def test_text_without_any_shape_s_word_matches_no_reference_pattern(text: str) -> None:
+    """The quick pre-check that returns ASCII text untouched is sound: when it finds no
+    word of any shape, none of the reference patterns matches anywhere in the text."""
+    if text.isascii() and not _holds_a_word(text):
+        assert all(pattern.search(text) is None for pattern, _ in _REFERENCE_SHAPES)
+        assert scrub(text) is text

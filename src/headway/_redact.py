@@ -38,7 +38,7 @@ DEFAULT_NAMES = (
     "signature",
 )
 
-_NOT_ALNUM = re.compile(r"[^a-z0-9]")
+_NOT_ALNUM = re.compile(r"[^a-z0-9]+")  # "+": one removal per run, not per character
 # names that contain a secret name but hold none: "author", "max_tokens"
 _NOT_SECRET = re.compile(
     r"author(?!ization)|(?:max|num|total|input|output|prompt|completion)tokens?"
@@ -87,32 +87,59 @@ def secret_name(name: str, names: tuple[str, ...] = DEFAULT_NAMES) -> bool:
     return names_pattern(names).search(key) is not None
 
 
-# Per shape, words one of which any match contains (lower case). ASCII text holding none
-# of them cannot match that shape, so its pattern is skipped: the patterns scan every
-# position of a long text, the words take one pass each.
+# Per shape, words one of which any match contains, and whether they are looked for in
+# the text as it is (the shape is case-sensitive) or lower-cased. ASCII text holding none
+# of a shape's words cannot match it, so its pattern is skipped: the patterns scan every
+# position of the text, the words take one pass each.
 _WORDS = (
-    ("://",),
-    ("://",),
-    ("bearer", "basic", "token"),
-    ("pass", "pwd", "secret", "token", "key", "auth", "sig", "credential", "cookie"),
-    ("sk", "pk", "rk", "gh", "xox"),
-    ("akia",),
+    (("://",), False),
+    (("://",), False),
+    (("bearer", "basic", "token"), False),
+    (("pass", "pwd", "secret", "token", "key", "auth", "sig", "credential", "cookie"), False),
+    (("k-", "k_", "ghp", "gho", "ghs", "xox"), True),  # sk-, pk-, rk-, ghp_, xoxb-...
+    (("AKIA",), True),
 )
+_LOWER = tuple(dict.fromkeys(w for words, cased in _WORDS if not cased for w in words))
+_CASED = tuple(dict.fromkeys(w for words, cased in _WORDS if cased for w in words))
 
 
 def scrub(text: str) -> str:
     """``text`` with URL passwords, ``password=``/``api_key=`` values, bearer tokens and
     API-key shapes replaced by ``[redacted]``."""
-    if not text:
+    # most texts (arguments, flags, errors) hold no word of any shape: plain substring
+    # tests, and none of the patterns runs
+    if not text or (text.isascii() and not _holds_a_word(text)):
         return text
+    return _scrub_recent(text) if len(text) <= 1000 else _scrub(text)
+
+
+def _holds_a_word(text: str) -> bool:
+    lowered = text.lower()
+    for word in _LOWER:  # plain loops: a generator per call costs as much as the tests
+        if word in lowered:
+            return True
+    for word in _CASED:  # noqa: SIM110  (any() over a generator: the slower half)
+        if word in text:
+            return True
+    return False
+
+
+def _scrub(text: str) -> str:
     # only in ASCII text does lower() match the patterns' case-insensitivity exactly
     # (re's IGNORECASE also pairs "K" with the Kelvin sign, "s" with the long s)
     lowered = text.lower() if text.isascii() else None
-    for (pattern, repl), words in zip(_SHAPES, _WORDS, strict=True):
-        # replacing never makes a word: "[redacted]" holds none and its brackets join none
-        if lowered is None or any(w in lowered for w in words):
+    original = text
+    for (pattern, repl), (words, cased) in zip(_SHAPES, _WORDS, strict=True):
+        # replacing never makes a word: "[redacted]" holds none and its brackets join none,
+        # so the words are looked for in the text before any replacement
+        hay = original if cased else lowered
+        if hay is None or any(w in hay for w in words):
             text = pattern.sub(repl, text)
     return text
+
+
+# texts holding a shape's word recur (flags, error messages, a retried call's arguments)
+_scrub_recent = functools.lru_cache(maxsize=1024)(_scrub)
 
 
 def redact(value: Any, names: Iterable[str] = DEFAULT_NAMES, depth: int = 0) -> Any:

@@ -16,8 +16,10 @@ import contextlib
 import functools
 import json
 import logging
+import os
 import sqlite3
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -281,16 +283,56 @@ def record_bytes(record: Mapping[str, Any]) -> int:
 
 
 class JSONLSink:
-    """Appends one JSON line per record to a file."""
+    """Appends one JSON line per record to a file.
+
+    The file stays open between records; each record is one ``write`` to a descriptor
+    opened for appending, so nothing returned is left in a buffer (a crash of the process
+    loses no record) and writers never interleave within a line (threads of one process
+    take turns; other processes appending to a local file land after a whole line). When
+    the path no longer names the open file (rotated or removed), the next record reopens
+    it. ``close()`` closes the file; a later record opens it again.
+    """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
+        self._fd: int | None = None
+        self._file_id = (0, 0)
+        self._closer: weakref.finalize[..., Any] | None = None
 
     def write(self, record: Mapping[str, Any]) -> None:
-        line = json.dumps(record, ensure_ascii=False, default=str, sort_keys=True)
-        with self._lock, self.path.open("a", encoding="utf-8") as fh:
-            fh.write(line + "\n")
+        data = (json.dumps(record, ensure_ascii=False, default=str, sort_keys=True) + "\n").encode()
+        with self._lock:
+            fd = self._current()
+            view = memoryview(data)
+            while view:  # a regular file takes it in one write unless the disk is full
+                view = view[os.write(fd, view) :]
+
+    def _current(self) -> int:
+        """The open descriptor, reopened when the path names another file or none."""
+        if self._fd is not None:
+            try:
+                st = os.stat(self.path)
+                if (st.st_dev, st.st_ino) == self._file_id:
+                    return self._fd
+            except FileNotFoundError:
+                pass
+            self._close()
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)  # not inherited
+        st = os.fstat(fd)
+        self._fd, self._file_id = fd, (st.st_dev, st.st_ino)
+        # a sink dropped without close() still closes its file (and warns of nothing)
+        self._closer = weakref.finalize(self, os.close, fd)
+        return fd
+
+    def _close(self) -> None:
+        if self._closer is not None:
+            self._closer()  # runs os.close once, whoever calls it first
+        self._fd = self._closer = None
+
+    def close(self) -> None:
+        with self._lock:
+            self._close()
 
     def records(self, session_id: str) -> list[dict[str, Any]]:
         if not self.path.exists():
