@@ -16,7 +16,9 @@ messages it is given, so one agent runs again and again).
 The tool is a declared read that is never cached (every call executes) and returns a new
 page each time, so no call is corrected or stopped: this is the cost of governing.
 
-A second table times ``session.call`` alone (a trivial runner) in a hot loop and after one
+A second table splits the loop's cost: headway's own time inside each hook (the
+framework's handler left out), with the default timeout and with ``timeout=None``.
+A third table times ``session.call`` alone (a trivial runner) in a hot loop and after one
 LangGraph graph step between calls, with and without the LangChain tool run inside it: the
 same core call costs several times more when the framework's work between calls has
 evicted headway's code and data from the CPU caches, which is what it meets in the loop.
@@ -117,7 +119,7 @@ def best_us(fn: Callable[[], Any], batch: int, per: int = 1) -> float:
 def main() -> None:
     quick = "--quick" in sys.argv
     # many short batches, best of each: on a loaded machine the minimum is the cost
-    batch, rounds, loop_batch = (5, 30, 1) if quick else (10, 200, 1)
+    batch, rounds = (5, 30) if quick else (10, 200)
     config = {"configurable": {"thread_id": "bench"}}
     plain_node = graph_of(ToolNode([search]))
     gov_node = graph_of(governed_tool_node(governor(), [search]))
@@ -171,41 +173,75 @@ def main() -> None:
             batch,
             1,
         ),
-        (
-            f"create_agent loop, per tool call ({LOOP_CALLS} per run)",
-            loop("plain"),
-            loop("headway"),
-            loop_batch,
-            LOOP_CALLS,
-        ),
-        (
-            "create_agent loop, against a pass-through middleware",
-            loop("pass"),
-            loop("headway"),
-            loop_batch,
-            LOOP_CALLS,
-        ),
-        (
-            "create_agent loop, the tool's timeout=None (runs inline)",
-            loop("plain"),
-            loop("inline"),
-            loop_batch,
-            LOOP_CALLS,
-        ),
     ]
     best = {(name, k): float("inf") for name, *_ in pairs for k in ("plain", "headway")}
+    for kind in agents:
+        loop(kind)()  # the first run of a compiled graph pays its warm-up
+        best["loop", kind] = float("inf")
     for r in range(rounds):
         for name, plain, governed, n, per in pairs:
-            if per > 1 and r % 5:
-                continue  # an agent run is 20 calls: a fifth of the rounds is enough
             best[name, "plain"] = min(best[name, "plain"], best_us(plain, n, per))
             best[name, "headway"] = min(best[name, "headway"], best_us(governed, n, per))
+        if r % 5 == 0:  # an agent run is 20 calls: a fifth of the rounds is enough
+            for kind in agents:
+                best["loop", kind] = min(best["loop", kind], best_us(loop(kind), 1, LOOP_CALLS))
+    loops = [
+        (f"create_agent loop, per tool call ({LOOP_CALLS} per run)", "plain", "headway"),
+        ("create_agent loop, against a pass-through middleware", "pass", "headway"),
+        ("create_agent loop, the tool's timeout=None (runs inline)", "plain", "inline"),
+    ]
+    rows = [(name, best[name, "plain"], best[name, "headway"]) for name, *_ in pairs]
+    rows += [(name, best["loop", a], best["loop", b]) for name, a, b in loops]
     print("| path | LangChain µs/call | with headway µs/call | added µs | overhead |")
     print("|---|---:|---:|---:|---:|")
-    for name, *_ in pairs:
-        a, b = best[name, "plain"], best[name, "headway"]
+    for name, a, b in rows:
         print(f"| {name} | {a:.0f} | {b:.0f} | {b - a:.0f} | {(b - a) / a:+.1%} |")
+    hook_times(config, rounds)
     cold_core(plain_node, config, rounds)
+
+
+class TimedHooks(HeadwayMiddleware):
+    """HeadwayMiddleware with its own time in each hook recorded, the handler's left out."""
+
+    def __init__(self, gov: headway.Governor) -> None:
+        super().__init__(gov)
+        self.times: dict[str, list[float]] = {"model": [], "tool": []}
+
+    def _timed(self, hook: str, wrapped: Callable[..., Any], request: Any, handler: Any) -> Any:
+        inner = [0.0]
+
+        def timed_handler(req: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return handler(req)
+            finally:
+                inner[0] = time.perf_counter() - start
+
+        start = time.perf_counter()
+        try:
+            return wrapped(request, timed_handler)
+        finally:
+            self.times[hook].append(time.perf_counter() - start - inner[0])
+
+    def wrap_model_call(self, request: Any, handler: Any) -> Any:
+        return self._timed("model", super().wrap_model_call, request, handler)
+
+    def wrap_tool_call(self, request: Any, handler: Any) -> Any:
+        return self._timed("tool", super().wrap_tool_call, request, handler)
+
+
+def hook_times(config: dict[str, Any], rounds: int) -> None:
+    hooks = {"30 s (default)": TimedHooks(governor()), "None (inline)": TimedHooks(governor(None))}
+    agents = {k: create_agent(ScriptedModel(), [search], middleware=[h]) for k, h in hooks.items()}
+    for _ in range(max(rounds // 5, 3)):
+        for agent in agents.values():
+            agent.invoke({"messages": [("user", "go")]}, config)
+    print()
+    print("| tool timeout | headway in wrap_model_call, µs/turn | in wrap_tool_call, µs/call |")
+    print("|---|---:|---:|")
+    for k, h in hooks.items():
+        model, tool_side = (statistics.median(h.times[x]) * 1e6 for x in ("model", "tool"))
+        print(f"| {k} | {model:.0f} | {tool_side:.0f} |")
 
 
 def cold_core(node: Any, config: dict[str, Any], rounds: int) -> None:
