@@ -9,22 +9,36 @@ Rows, each with and without headway, interleaved (best batch each):
   ``ainvoke``), plain and built by ``governed_tool_node`` (the middleware's wrap_tool_call);
 - agent loop: ``create_agent`` with a scripted model, per tool call (each turn is one model
   step and one tool step), plain and with ``HeadwayMiddleware``.
+- the same loop against a pass-through middleware (what any middleware costs LangChain
+  itself, left out), and with the tool's ``timeout=None`` (no hop to headway's thread).
+The agents are compiled once, as an application does (the scripted model answers from the
+messages it is given, so one agent runs again and again).
 The tool is a declared read that is never cached (every call executes) and returns a new
 page each time, so no call is corrected or stopped: this is the cost of governing.
+
+A second table splits the loop's cost: headway's own time inside each hook (the
+framework's handler left out), with the default timeout and with ``timeout=None``.
+A third table times ``session.call`` alone (a trivial runner) in a hot loop and after one
+LangGraph graph step between calls, with and without the LangChain tool run inside it: the
+same core call costs several times more when the framework's work between calls has
+evicted headway's code and data from the CPU caches, which is what it meets in the loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import statistics
 import sys
 import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 
 from langchain.agents import create_agent
+from langchain.agents.middleware import AgentMiddleware
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
@@ -50,19 +64,34 @@ class Runtime:
 
 
 class ScriptedModel(GenericFakeChatModel):
+    """A tool call with a new page until the run has LOOP_CALLS results, then "done":
+    it answers from the messages alone, so one compiled agent serves every run."""
+
+    messages: Any = iter(())
+
     def bind_tools(self, tools: Any, **kwargs: Any) -> ScriptedModel:
         return self
+
+    def _generate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> ChatResult:
+        done = sum(isinstance(m, ToolMessage) for m in messages) >= LOOP_CALLS
+        reply = AIMessage("done") if done else one_call()["messages"][0]
+        return ChatResult(generations=[ChatGeneration(message=reply)])
+
+
+class PassThrough(AgentMiddleware[Any, Any]):
+    """Both hooks headway uses, doing nothing: what any such middleware costs LangChain."""
+
+    def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        return handler(request)
+
+    def wrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        return handler(request)
 
 
 def one_call() -> dict[str, Any]:
     n = next(COUNTER)
     call = {"name": "search", "args": {"page": n}, "id": f"c{n}", "type": "tool_call"}
     return {"messages": [AIMessage("", tool_calls=[call])]}
-
-
-def script() -> ScriptedModel:
-    turns = [one_call()["messages"][0] for _ in range(LOOP_CALLS)]
-    return ScriptedModel(messages=iter([*turns, AIMessage("done")]))
 
 
 def graph_of(node: ToolNode) -> Any:
@@ -74,9 +103,9 @@ def graph_of(node: ToolNode) -> Any:
     return graph.compile()
 
 
-def governor() -> headway.Governor:
+def governor(timeout: float | None = 30.0) -> headway.Governor:
     gov = headway.Governor()
-    gov.register("search", None, effect="read")
+    gov.register("search", None, effect="read", timeout=timeout)
     return gov
 
 
@@ -90,18 +119,26 @@ def best_us(fn: Callable[[], Any], batch: int, per: int = 1) -> float:
 def main() -> None:
     quick = "--quick" in sys.argv
     # many short batches, best of each: on a loaded machine the minimum is the cost
-    batch, rounds, loop_batch = (5, 30, 1) if quick else (10, 200, 1)
+    batch, rounds = (5, 30) if quick else (10, 200)
     config = {"configurable": {"thread_id": "bench"}}
     plain_node = graph_of(ToolNode([search]))
     gov_node = graph_of(governed_tool_node(governor(), [search]))
-    loop_gov = governor()
+    model = ScriptedModel()
+    agents = {
+        "plain": create_agent(model, [search]),
+        "pass": create_agent(model, [search], middleware=[PassThrough()]),
+        "headway": create_agent(model, [search], middleware=[HeadwayMiddleware(governor())]),
+        "inline": create_agent(model, [search], middleware=[HeadwayMiddleware(governor(None))]),
+    }
 
-    def plain_loop() -> Any:
-        return create_agent(script(), [search]).invoke({"messages": [("user", "go")]}, config)
+    def loop(kind: str) -> Callable[[], Any]:
+        def run() -> Any:
+            out = agents[kind].invoke({"messages": [("user", "go")]}, config)
+            if len(out["messages"]) != 2 * LOOP_CALLS + 2 or "headway_stop" in out:
+                raise AssertionError(f"the {kind} run did not make {LOOP_CALLS} tool calls")
+            return out
 
-    def governed_loop() -> Any:
-        agent = create_agent(script(), [search], middleware=[HeadwayMiddleware(loop_gov)])
-        return agent.invoke({"messages": [("user", "go")]}, config)
+        return run
 
     wrap_mw = HeadwayMiddleware(governor())
     ready = ToolMessage(content="results page 0", tool_call_id="c0", name="search")
@@ -136,26 +173,125 @@ def main() -> None:
             batch,
             1,
         ),
-        (
-            f"create_agent loop, per tool call ({LOOP_CALLS} per run)",
-            plain_loop,
-            governed_loop,
-            loop_batch,
-            LOOP_CALLS,
-        ),
     ]
     best = {(name, k): float("inf") for name, *_ in pairs for k in ("plain", "headway")}
+    for kind in agents:
+        loop(kind)()  # the first run of a compiled graph pays its warm-up
+        best["loop", kind] = float("inf")
     for r in range(rounds):
         for name, plain, governed, n, per in pairs:
-            if per > 1 and r % 5:
-                continue  # an agent run is 20 calls: a fifth of the rounds is enough
             best[name, "plain"] = min(best[name, "plain"], best_us(plain, n, per))
             best[name, "headway"] = min(best[name, "headway"], best_us(governed, n, per))
+        if r % 5 == 0:  # an agent run is 20 calls: a fifth of the rounds is enough
+            for kind in agents:
+                best["loop", kind] = min(best["loop", kind], best_us(loop(kind), 1, LOOP_CALLS))
+    loops = [
+        (f"create_agent loop, per tool call ({LOOP_CALLS} per run)", "plain", "headway"),
+        ("create_agent loop, against a pass-through middleware", "pass", "headway"),
+        ("create_agent loop, the tool's timeout=None (runs inline)", "plain", "inline"),
+    ]
+    rows = [(name, best[name, "plain"], best[name, "headway"]) for name, *_ in pairs]
+    rows += [(name, best["loop", a], best["loop", b]) for name, a, b in loops]
     print("| path | LangChain µs/call | with headway µs/call | added µs | overhead |")
     print("|---|---:|---:|---:|---:|")
-    for name, *_ in pairs:
-        a, b = best[name, "plain"], best[name, "headway"]
+    for name, a, b in rows:
         print(f"| {name} | {a:.0f} | {b:.0f} | {b - a:.0f} | {(b - a) / a:+.1%} |")
+    hook_times(config, rounds)
+    cold_core(plain_node, config, rounds)
+
+
+class TimedHooks(HeadwayMiddleware):
+    """HeadwayMiddleware with its own time in each hook recorded, the handler's left out."""
+
+    def __init__(self, gov: headway.Governor) -> None:
+        super().__init__(gov)
+        self.times: dict[str, list[float]] = {"model": [], "tool": []}
+
+    def _timed(self, hook: str, wrapped: Callable[..., Any], request: Any, handler: Any) -> Any:
+        inner = [0.0]
+
+        def timed_handler(req: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return handler(req)
+            finally:
+                inner[0] = time.perf_counter() - start
+
+        start = time.perf_counter()
+        try:
+            return wrapped(request, timed_handler)
+        finally:
+            self.times[hook].append(time.perf_counter() - start - inner[0])
+
+    def wrap_model_call(self, request: Any, handler: Any) -> Any:
+        return self._timed("model", super().wrap_model_call, request, handler)
+
+    def wrap_tool_call(self, request: Any, handler: Any) -> Any:
+        return self._timed("tool", super().wrap_tool_call, request, handler)
+
+
+def hook_times(config: dict[str, Any], rounds: int) -> None:
+    hooks = {"30 s (default)": TimedHooks(governor()), "None (inline)": TimedHooks(governor(None))}
+    agents = {k: create_agent(ScriptedModel(), [search], middleware=[h]) for k, h in hooks.items()}
+    for _ in range(max(rounds // 5, 3)):
+        for agent in agents.values():
+            agent.invoke({"messages": [("user", "go")]}, config)
+    print()
+    print("| tool timeout | headway in wrap_model_call, µs/turn | in wrap_tool_call, µs/call |")
+    print("|---|---:|---:|")
+    for k, h in hooks.items():
+        model, tool_side = (statistics.median(h.times[x]) * 1e6 for x in ("model", "tool"))
+        print(f"| {k} | {model:.0f} | {tool_side:.0f} |")
+
+
+def cold_core(node: Any, config: dict[str, Any], rounds: int) -> None:
+    """The same session.call, hot and after one graph step (not timed) before each call."""
+    gov = governor(None)
+
+    def trivial(**_: Any) -> str:
+        return f"results page {next(COUNTER)}"
+
+    def lc_tool(**_: Any) -> Any:
+        return search.invoke({"page": next(COUNTER)})
+
+    def step() -> None:
+        node.invoke(one_call(), config)
+
+    def median_us(run: Callable[..., Any], between: Callable[[], None] | None) -> float:
+        session = gov.session(f"core-{next(COUNTER)}")
+        net: list[float] = []
+        inner = [0.0]  # the runner's own time, left out
+
+        def timed(**kw: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return run(**kw)
+            finally:
+                inner[0] = time.perf_counter() - start
+
+        for _ in range(100):
+            if between is not None:
+                between()
+            start = time.perf_counter()
+            session.call("search", {"page": next(COUNTER)}, run=timed)
+            net.append(time.perf_counter() - start - inner[0])
+        return statistics.median(net) * 1e6
+
+    cases = [
+        ("hot loop, a runner that returns at once", trivial, None),
+        ("hot loop, the LangChain tool run inside", lc_tool, None),
+        ("a graph step before each call, a runner that returns at once", trivial, step),
+        ("a graph step before each call, the LangChain tool run inside", lc_tool, step),
+    ]
+    best = {name: float("inf") for name, *_ in cases}
+    for _ in range(max(rounds // 20, 3)):
+        for name, run, between in cases:
+            best[name] = min(best[name], median_us(run, between))
+    print()
+    print("| session.call (timeout=None), tool time left out | median µs/call |")
+    print("|---|---:|")
+    for name, *_ in cases:
+        print(f"| {name} | {best[name]:.0f} |")
 
 
 if __name__ == "__main__":
