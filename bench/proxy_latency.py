@@ -102,7 +102,10 @@ async def governance(store: str | None, calls: int, upstream: list[str] | None) 
     if store is None or store.endswith(".jsonl"):  # the memory path's audit, as in the proxy
         gov = headway.Governor(audit=[JSONLSink(store)] if store else [])
     else:
-        gov = headway.Governor(headway.SQLiteStore(store), audit=[SQLiteAuditSink(store)])
+        # as the stdio proxy: its session is the process's own, kept out of the store
+        gov = headway.Governor(
+            headway.SQLiteStore(store), audit=[SQLiteAuditSink(store)], share_sessions=False
+        )
     session = gov.session("bench")
     rpc = await _raw_client(upstream) if upstream else None
     times: list[float] = []

@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+import headway
 from headway import cli
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -412,6 +413,22 @@ async def test_the_audit_lists_each_call_of_the_session_with_secrets_redacted(
     assert cli.main(["audit", "--store", store, "--session", session, "--json"]) == 0
     records = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert {r["session"] for r in records} == {session}
+
+
+async def test_a_stdio_session_stays_in_the_proxy_process_and_an_http_session_is_in_the_store(
+    mcp: Caller, proxy: Proxy
+) -> None:
+    """Over stdio the session id is the proxy process's own (no other worker can continue
+    it): its state is not written to the store. Over HTTP replicas may share a session,
+    so its record is in the store."""
+    await mcp("lookup", {"key": "k-where-state-lives"})
+    session = next(iter(mcp.sessions))
+    store = headway.open_store(f"sqlite:///{proxy.work / 'headway.db'}")
+    try:
+        record = store.get(f"default:sess:{{{session}}}")
+    finally:
+        store.close()
+    assert (record is None) == (proxy.kind == "stdio")
 
 
 async def test_two_client_sessions_do_not_share_session_scoped_cache_entries(

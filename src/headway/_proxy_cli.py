@@ -101,10 +101,18 @@ def open_governor(
     store: str | None,
     audit: str | None,
     sinks: Sequence[AuditSink] = (),
+    *,
+    private_sessions: bool = False,
 ) -> Governor:
     """The governor the proxy runs with (``sinks``: more audit sinks, such as the
-    Prometheus metrics); ConfigError names the file, table and key."""
+    Prometheus metrics); ConfigError names the file, table and key.
+
+    ``private_sessions``: every session's id is known to this process only (over stdio,
+    the proxy process is the client's session), so no other worker can continue it and
+    keeping its state in the store would cost round trips for nothing: it stays in the
+    process (cache entries and idempotency records are still in the store)."""
     options: dict[str, Any] = {}
+    private = {"share_sessions": False} if private_sessions else {}
     if config is not None:
         cfg = load_config(config)
         for name, table in cfg.tools.items():  # a bad value fails now, not on the first call
@@ -127,8 +135,8 @@ def open_governor(
     trail = [_audit_sink(audit, url), *sinks]  # after the store: a bad URL leaves no file
     try:
         if config is None:
-            return Governor(backend, audit=trail)
-        return Governor.from_config(config, store=backend, audit=trail)
+            return Governor(backend, audit=trail, **private)
+        return Governor.from_config(config, store=backend, audit=trail, **private)
     except (ConfigError, TypeError, ValueError) as exc:
         backend.close()
         raise ConfigError(f"{config} [governor]: {exc}") from None
@@ -206,7 +214,7 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("give the upstream as -- COMMAND [ARGS...] or as --upstream URL")
         http = _host_port(args.http) if args.http else None
         registry, sinks = _metrics() if http and not args.no_metrics else (None, [])
-        gov = open_governor(args.config, args.store, args.audit, sinks)
+        gov = open_governor(args.config, args.store, args.audit, sinks, private_sessions=not http)
     except ConfigError as exc:
         print(f"headway proxy: {exc}", file=sys.stderr)
         return 2
