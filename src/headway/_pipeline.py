@@ -145,7 +145,8 @@ def _shared_plan(gov: Governor, st: SessionState, c: Call) -> Plan[Outcome]:
 
     A cached read is first looked up under the cache epochs this worker last saw; served
     (or corrected), it takes and settles its step in one swap, which succeeds only if the
-    record is still the one it saw (so were the epochs): two round trips, not three."""
+    epochs are still those (no other worker changed the record, no write here bumped
+    them; other threads' steps here do not count): two round trips, not three."""
     # the cache epochs seen: other threads here taking steps move the record, not them
     seen = st.epoch
     optimistic = c.effect == "read" and not c.early and st.remote is not None and gov.enforce
