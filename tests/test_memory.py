@@ -77,3 +77,48 @@ def test_stores_write_every_value_in_the_one_stored_form(value: object) -> None:
     store.set("k", value)
     assert store.swap("k", value, {"next": 1}) is True
     assert store.get("k") == {"next": 1}
+
+
+def _page(path: str, edit: int) -> str:
+    lines = [f"# {path}"] + [
+        f"    value = store.get(key_{i}) or default_{i}  # {path}" for i in range(40)
+    ]
+    lines[20] = f"    edited = {edit}"
+    return "\n".join(lines)
+
+
+def test_a_session_keeps_no_5_gram_sets_of_judged_steps() -> None:
+    """Re-reads of edited 2 KB files are compared by 5-grams; the window keeps the compact
+    forms only: 50 calls hold ~100 KiB a session (~1 MiB when it kept the 5-gram sets)."""
+    gov = headway.Governor(audit=[], no_progress_limit=10**6)
+    edits: dict[str, int] = {}
+    gov.register("read_file", lambda path: _page(path, edits.get(path, 0)), effect="read")
+    gov.register(
+        "edit", lambda path: edits.__setitem__(path, edits.get(path, 0) + 1), effect="write"
+    )
+    sessions = [gov.session(f"run-{i}") for i in range(10)]
+    gc.collect()
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        for step in range(50):
+            for i, s in enumerate(sessions):
+                path = f"src/m{i}_{step // 2 % 4}.py"  # an edit, then a re-read of it
+                s.call("edit" if step % 2 else "read_file", {"path": path})
+        gc.collect()
+        per_session = (tracemalloc.get_traced_memory()[0] - base) / len(sessions)
+    finally:
+        tracemalloc.stop()
+    assert per_session < 300_000, f"{per_session / 1024:.0f} KiB per session"
+
+
+def test_a_correction_quoting_a_long_result_still_counts_what_it_leaves_out() -> None:
+    """The window keeps the head of a long text; the correction quoting it reports the
+    full length left out, as it did when the whole text was kept."""
+    gov = headway.Governor(audit=[])
+    text = "status: " + "y" * 5_000  # under the 8 KiB an observation keeps
+    gov.register("status", lambda job: text, effect="read")
+    s = gov.session("run-long")
+    outs = [s.call("status", {"job": 1}) for _ in range(3)]
+    correction = outs[-1].to_model()
+    assert f"... [{len(text) - 1500} more characters]" in correction, correction[-200:]

@@ -16,6 +16,7 @@ import pytest
 
 import headway
 from conftest import present
+from headway._state import Turns
 from headway.detectors import Monitor
 from headway.similarity import DEFAULT_NORMALIZERS
 
@@ -332,3 +333,85 @@ def test_the_toml_config_turns_sharing_off_and_sets_the_ttl(tmp_path: Path) -> N
     _tools(gov)
     gov.session("r").call("search", {"q": "x"})
     assert _record(gov, "r") is None and gov.session_ttl_s == 60
+
+
+class Swaps:
+    """A store that counts the swaps that found the record changed."""
+
+    def __init__(self, inner: headway.Store) -> None:
+        self.inner, self.blocking, self.failed, self.gets = inner, inner.blocking, 0, 0
+
+    def __getattr__(self, name: str) -> Any:
+        fn = getattr(self.inner, name)
+
+        def op(*args: Any) -> Any:
+            result = fn(*args)
+            self.failed += name == "swap" and not result
+            self.gets += name == "get"
+            return result
+
+        return op
+
+
+def _threads(work: Any, n: int = 8) -> None:
+    barrier = threading.Barrier(n)
+
+    def run(i: int) -> None:
+        barrier.wait()
+        work(i)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def test_threads_sharing_a_session_never_redo_each_others_swaps(tmp_path: Path) -> None:
+    """The threads of one worker write the record one at a time: no swap is built on
+    another still in flight, and no read of the record rolls a newer state back."""
+    store = Swaps(headway.SQLiteStore(str(tmp_path / "s.db")))
+    gov = headway.Governor(store=store)
+    _tools(gov)
+    s = gov.session("r")
+    steps: list[int] = []
+    _threads(lambda i: steps.extend(s.call("pay", {"order": f"{i}-{j}"}).step for j in range(15)))
+    assert sorted(steps) == list(range(120))
+    assert store.failed == 0
+    assert _record(gov, "r")["meter"][2] == 120
+
+
+def test_cached_reads_in_threads_are_not_looked_up_again_for_each_others_steps(
+    tmp_path: Path,
+) -> None:
+    """Another thread's step moves the record but not the cache epochs: a read served
+    from the cache settles in its one swap, without a second lookup."""
+    store = Swaps(headway.SQLiteStore(str(tmp_path / "s.db")))
+    gov = headway.Governor(store=store, no_progress_limit=10**6)
+    _tools(gov)
+    s = gov.session("r")
+    for sku in range(40):  # a cycle longer than the window: served, never corrected
+        s.call("price", {"sku": sku})
+    gets = store.gets
+    statuses: list[headway.Status] = []
+    _threads(lambda i: statuses.extend(s.call("price", {"sku": j}).status for j in range(i, 40, 8)))
+    assert statuses == [headway.Status.CACHED] * 40
+    assert store.gets - gets == 40  # one lookup each
+    assert store.failed == 0
+
+
+def test_a_turn_given_up_passes_to_the_next_waiter() -> None:
+    """A waiter that leaves (a cancelled task) never keeps the record's turn from the
+    others, whether it left before or after the turn reached it."""
+    turns = Turns()
+    assert turns.enter() is None  # the holder
+    first, second, third = turns.enter(), turns.enter(), turns.enter()
+    assert first is not None and second is not None and third is not None
+    turns.give_up(first)  # before its turn
+    turns.leave()
+    assert not first.done() or first.cancelled()
+    assert second.done() and not second.cancelled()
+    turns.give_up(second)  # after the turn reached it: passed on
+    assert third.done() and not third.cancelled()
+    turns.leave()
+    assert turns.enter() is None  # free again

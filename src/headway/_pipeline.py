@@ -145,9 +145,11 @@ def _shared_plan(gov: Governor, st: SessionState, c: Call) -> Plan[Outcome]:
 
     A cached read is first looked up under the cache epochs this worker last saw; served
     (or corrected), it takes and settles its step in one swap, which succeeds only if the
-    record is still the one it saw (so were the epochs): two round trips, not three."""
-    seen = st.remote
-    optimistic = c.effect == "read" and not c.early and seen is not None and gov.enforce
+    epochs are still those (no other worker changed the record, no write here bumped
+    them; other threads' steps here do not count): two round trips, not three."""
+    # the cache epochs seen: other threads here taking steps move the record, not them
+    seen = st.epoch
+    optimistic = c.effect == "read" and not c.early and st.remote is not None and gov.enforce
     if optimistic and c.spec.cacheable():
         entry = yield from store_op(gov, c, "get", _cache_key(gov, st, c))
         if _served(gov, st, c, entry):

@@ -67,15 +67,16 @@ def settle_shared(gov: Governor, st: SessionState, c: Call, seen: Any = None) ->
     (again, if another worker changed it meanwhile) and written back with it.
 
     ``seen``: a read served (or corrected) from what this worker knew of the record, which
-    takes its step now, in the same swap; raises ``_shared.Moved`` when the record is no
-    longer ``seen`` (the read is then looked up again)."""
+    takes its step now, in the same swap; raises ``_shared.Moved`` when the cache epochs
+    are no longer ``st.epoch`` as ``seen`` (the read is then looked up again). Steps other
+    threads here took meanwhile do not move them; another worker's write fails the swap."""
     now = gov.clock()
     if seen is None:
         judged = yield from _shared.update(gov, st, c, lambda: _judge(gov, st, c, now))
         return _finish(gov, st, c, now, judged)
 
     def take_and_judge() -> _Judged:
-        if st.remote is not seen:
+        if st.epoch != seen:
             raise _shared.Moved
         _shared.take(gov, st, c)
         return _judge(gov, st, c, now)

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import orjson
 
 from ._call import Call, describe
-from ._effects import Blocking, Plan, Sleep, drive_sync
+from ._effects import Blocking, Plan, Sleep, Wait, drive_sync
 from ._redact import scrub
 from .budgets import Meter, diagnostic
 from .errors import BudgetExceeded, LoopDetected, Stop
@@ -146,6 +146,22 @@ def update(
     against the record as this worker last knew it; on a conflict read it and apply the
     change again (``rounds=1``: raise ``Moved`` instead). The store failing leaves the
     change applied locally (flagged)."""
+    wait = st.turns.enter()
+    if wait is not None:
+        try:
+            yield Wait(wait, None)
+        except BaseException:
+            st.turns.give_up(wait)
+            raise
+    try:
+        return (yield from _update(gov, st, c, change, rounds))
+    finally:
+        st.turns.leave()
+
+
+def _update(
+    gov: Governor, st: SessionState, c: Call | None, change: Callable[[], T], rounds: int
+) -> Plan[T]:
     key = gov.session_key(st.session_id)
     store, ttl = gov.store, gov.session_ttl_s
     for round_ in range(rounds):
@@ -223,12 +239,12 @@ def take(gov: Governor, st: SessionState, c: Call) -> None:
 
 
 def reserve(gov: Governor, st: SessionState, c: Call, seen: Any = None) -> Plan[bool]:
-    """``take`` the step in the record before the call runs; True when it was taken on the
-    record ``seen`` (what this worker knew when it looked the call up)."""
+    """``take`` the step in the record before the call runs; True when it was taken under
+    the cache epochs ``seen`` (``st.epoch`` when this worker looked the call up)."""
     attempts: list[bool] = []
 
     def change() -> None:
-        attempts.append(seen is not None and st.remote is seen)
+        attempts.append(seen is not None and st.epoch == seen)
         take(gov, st, c)
 
     yield from update(gov, st, c, change)
@@ -238,19 +254,22 @@ def reserve(gov: Governor, st: SessionState, c: Call, seen: Any = None) -> Plan[
 def refresh(gov: Governor, st: SessionState, c: Call, seen: Any = None) -> Plan[bool]:
     """Before a call that runs in a session without call budgets: read the record (a get,
     cheaper than a swap) and raise its stop, if any; the step is taken when it settles.
-    True when the record is still ``seen``. (With call budgets, ``reserve`` takes the
+    True when the cache epochs are still ``seen``. (With call budgets, ``reserve`` takes the
     step before the call runs, so concurrent calls never run past the budget.)"""
     from ._settle import check_stop
 
+    entered = st.turns.entered
     try:
         rec = yield Blocking(gov.store.get, (gov.session_key(st.session_id),))
     except Exception as exc:  # the call goes on with what this worker knows
         _degrade(st, c, exc, None, None)
         rec = st.remote
     with st.lock:
-        if rec != st.remote:
+        # a write of another thread here in flight (or done) meanwhile: the record read
+        # may be older than this state, which the next swap checks against the store anyway
+        if rec != st.remote and st.turns.quiet_since(entered):
             load(st, rec, gov.clock())  # None: expired meanwhile, the run starts afresh
-        unchanged = seen is not None and st.remote is seen
+        unchanged = seen is not None and st.epoch == seen
         check_stop(gov, st)
     return unchanged
 

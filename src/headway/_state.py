@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import threading
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -12,6 +14,55 @@ from .detectors import Monitor
 from .errors import Stop
 
 _MAX_AGENTS = 1_000
+
+
+class Turns:
+    """One write of a shared session's record in flight per process; other threads (and
+    tasks) queue for their turn, first come first served. Without it the threads of one
+    worker race each other's compare-and-set on the same record: each swap built on one
+    still in flight fails and is redone (8 threads ran at a third of one thread's pace).
+
+    A turn is waited for through a future, which both drivers can wait on (``Wait``): an
+    event loop never blocks on it."""
+
+    __slots__ = ("_busy", "_lock", "_queue", "entered")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queue: deque[concurrent.futures.Future[None]] = deque()
+        self._busy = False
+        self.entered = 0  # turns ever asked for
+
+    def quiet_since(self, entered: int) -> bool:
+        """No write from this process in flight, and none since ``entered`` was read: a
+        record read meanwhile is not older than what this process last wrote."""
+        return not self._busy and self.entered == entered
+
+    def enter(self) -> concurrent.futures.Future[None] | None:
+        """None: the turn is the caller's; else a future done when it is."""
+        with self._lock:
+            self.entered += 1
+            if not self._busy:
+                self._busy = True
+                return None
+            fut: concurrent.futures.Future[None] = concurrent.futures.Future()
+            self._queue.append(fut)
+            return fut
+
+    def leave(self) -> None:
+        """Hand the turn to the next waiter still waiting."""
+        with self._lock:
+            while self._queue:
+                fut = self._queue.popleft()
+                if fut.set_running_or_notify_cancel():  # False: its caller gave up waiting
+                    fut.set_result(None)
+                    return
+            self._busy = False
+
+    def give_up(self, fut: concurrent.futures.Future[None]) -> None:
+        """A waiter leaves (cancelled, say): the turn, if it came meanwhile, passes on."""
+        if not fut.cancel():  # running or done: the turn was handed to it
+            self.leave()
 
 
 @dataclasses.dataclass(slots=True)
@@ -36,6 +87,7 @@ class SessionState:
     remote: str | None = None
     provisional: int | None = None
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    turns: Turns = dataclasses.field(default_factory=Turns)  # record writes, FIFO
     # multi-agent runs: each named agent's own repeat / cycle / no-progress stream
     agents: dict[str, Monitor] = dataclasses.field(default_factory=dict)
     make_monitor: Callable[[], Monitor] | None = None

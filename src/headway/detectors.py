@@ -13,6 +13,8 @@ import base64
 import dataclasses
 import hashlib
 import struct
+import sys
+from array import array
 from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NamedTuple, Protocol
@@ -31,6 +33,7 @@ from .similarity import (
     content_units,
     could_be_similar,
     jaccard,
+    overlap,
     query_shape,
     shingles,
     sketch,
@@ -63,11 +66,16 @@ class Observation:
     args: str = ""  # the canonical arguments (cut), for correction texts
     duplicate: bool = False  # the result repeats one already in the window
     unchanged: bool = False  # the result equals that of the previous identical call
-    units: frozenset[int] = frozenset()  # content units of a long result (similarity.content_units)
+    # content units of a long result (similarity.content_units); packed in the window
+    units: frozenset[int] | array[int] = frozenset()
     probe: int = 0  # a short result: hash of (tool, query shape, result)
+    # similarity sets, built lazily: the 5-gram sets live only while the step is judged
+    # (one set holds ~80 bytes per character of the result); a step in the window keeps
+    # its sketch as an array of 8-byte hashes
     _shingles: frozenset[str] | None = None
-    _sketch: frozenset[str] | None = None
+    _sketch: frozenset[int] | array[int] | None = None
     _arg_grams: frozenset[str] | None = None
+    _size: int = -1  # the length of the text when the window keeps only its head
     _json: str | None = None  # the step as stored in a session record (made once)
     _nkey: str | None = None  # set for a long result read back from a session record
     _nlen: int = -1
@@ -102,15 +110,36 @@ class Observation:
             self._shingles = shingles(self.norm or "")
         return self._shingles
 
-    def anchors(self) -> frozenset[str]:
-        if self._sketch is None:
-            self._sketch = sketch(self.norm or "")
-        return self._sketch
+    def anchors(self, packed: bool = False) -> frozenset[int] | array[int]:
+        """The sketch's 5-grams as hashes (``hash()``: never stored, so the per-process
+        salt does not matter); ``packed`` for a step in the window."""
+        found = self._sketch
+        if found is None:
+            found = frozenset(map(hash, sketch(self.norm or "")))
+            self._sketch = array("q", found) if packed else found
+        return found
 
     def arg_grams(self) -> frozenset[str]:
         if self._arg_grams is None:
             self._arg_grams = shingles(self.args)
         return self._arg_grams
+
+    def _settle(self) -> None:
+        """Keep the compact forms once the step is judged (it joins the window): the
+        decisions read nothing else of an older step."""
+        self._shingles = self._arg_grams = None
+        if self._sketch is not None and not isinstance(self._sketch, array):
+            self._sketch = array("q", self._sketch)
+        if self.units:
+            self.units = array("Q", self.units)
+        text = self.text
+        if text is not None and len(text) > _TEXT_KEPT:
+            self._size, self.text = len(text), text[:_TEXT_KEPT]
+        norm = self.norm
+        if norm is not None and len(norm) > _CAPPED:
+            # shingles and sketch read only the head and tail: keep those, compare by digest
+            _ = self.nkey, self.nlen
+            self.norm = norm[: _CAPPED // 2] + "\x00" + norm[-_CAPPED // 2 :]
 
 
 class Detector(Protocol):
@@ -397,7 +426,7 @@ class Monitor:
         for o in reversed(self.window):
             if o.tool != step.tool or len(o.args) < SHORT:
                 continue
-            if jaccard(step.arg_grams(), o.arg_grams()) >= _ARGS_SIMILAR:
+            if jaccard(step.arg_grams(), o._arg_grams or shingles(o.args)) >= _ARGS_SIMILAR:
                 return True
             tried += 1
             if tried >= _CANDIDATES:
@@ -520,10 +549,11 @@ class Monitor:
             return False
         if not could_be_similar(la, lb, self.threshold):
             return False
-        sa, sb = a.anchors(), b.anchors()
-        if len(sa) >= SKETCH_MIN and len(sb) >= SKETCH_MIN and jaccard(sa, sb) < SKETCH_FLOOR:
+        sa, sb = a.anchors(), b.anchors(packed=True)
+        if len(sa) >= SKETCH_MIN and len(sb) >= SKETCH_MIN and overlap(sa, sb) < SKETCH_FLOOR:
             return False  # clearly different: no exact comparison needed
-        return jaccard(a.grams(), b.grams()) >= self.threshold
+        # b is in the window: its 5-grams are built again rather than kept (memory)
+        return jaccard(a.grams(), b._shingles or shingles(b.norm or "")) >= self.threshold
 
     def _push(self, step: Observation) -> None:
         window, keys, norms, last = self.window, self._keys, self._norms, self._last_of_key
@@ -547,6 +577,7 @@ class Monitor:
                 _uncount(self._units, old.units)
                 if self._page is old:
                     self._page = None
+        step._settle()
         window.append(step)
         keys[step.key] = keys.get(step.key, 0) + 1
         self.pushed += 1
@@ -704,7 +735,7 @@ def _dump_step(o: Observation) -> str:
         # shingles and sketch read only the head and tail: keep those, compare by digest
         norm = norm[: _CAPPED // 2] + "\x00" + norm[-_CAPPED // 2 :]
     text = o.text
-    size = -1 if text is None else len(text)
+    size = -1 if text is None else max(len(text), o._size)
     fields = [
         o.index,
         o.tool,
@@ -743,15 +774,17 @@ def _load_step(item: Sequence[Any]) -> Observation:
     error, mark, args, duplicate, unchanged, units, probe = item[11:]
     if args_id is None:
         args_id = key[len(tool) + 1 :]
-    if text is not None and size > len(text):
-        # corrections say how much of the text they leave out: keep its length
-        text += "\x00" * (size - len(text))
     step = Observation(
         index, tool, key, args_id, effect, _STATUS[status], text, norm, error, mark, args
     )
+    if text is not None and size > len(text):
+        step._size = size  # corrections say how much of the text they leave out
     step.duplicate, step.unchanged = duplicate, unchanged
     packed = base64.b64decode(units)
-    step.units, step.probe = frozenset(struct.unpack(f"<{len(packed) // 8}Q", packed)), probe
+    units = array("Q", packed)
+    if sys.byteorder == "big":  # _dump_step packs little-endian
+        units.byteswap()
+    step.units, step.probe = units, probe
     if nkey is not None:
         step._nkey = nkey
     step._nlen = nlen
@@ -786,4 +819,6 @@ def _uncount(counts: dict[int, int], items: Any) -> None:
 def _last(prev: Observation | None) -> str:
     if prev is None or prev.text is None:
         return ""
+    if prev._size > len(prev.text):  # the window kept the head: say how much is left out
+        return f"\nLast result: {prev.text[:1500]}... [{prev._size - 1500} more characters]"
     return "\nLast result: " + render(prev.text, 1500)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 Normalizer = Callable[[str], str]
 
@@ -121,6 +121,19 @@ def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
     if not a and not b:
         return 1.0
     inter = len(a & b)
+    return inter / (len(a) + len(b) - inter)
+
+
+def overlap(a: Collection[int], b: Collection[int]) -> float:
+    """The Jaccard of two sketches of distinct hashes, either a set or a packed array
+    (a window step keeps its sketch as an ``array``: 8 bytes a hash, not a set's ~70)."""
+    if not a and not b:
+        return 1.0
+    if not isinstance(a, (set, frozenset)):
+        a, b = b, a
+    if not isinstance(a, (set, frozenset)):
+        a = frozenset(a)
+    inter = len(a.intersection(b))
     return inter / (len(a) + len(b) - inter)
 
 
