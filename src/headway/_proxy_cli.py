@@ -112,7 +112,7 @@ def open_governor(
     keeping its state in the store would cost round trips for nothing: it stays in the
     process (cache entries and idempotency records are still in the store)."""
     options: dict[str, Any] = {}
-    private = {"share_sessions": False} if private_sessions else {}
+    private: dict[str, Any] = {"share_sessions": False} if private_sessions else {}
     if config is not None:
         cfg = load_config(config)
         for name, table in cfg.tools.items():  # a bad value fails now, not on the first call
