@@ -180,7 +180,10 @@ def schedule_worker(
     store: headway.Store, ledger: MemoryLedger, faults: dict[str, str], skew_s: float
 ) -> headway.Governor:
     """A worker whose wall clock is off by ``skew_s``; the tool misbehaves as scheduled."""
-    lease = 1.5  # a lease far shorter than the default 30 s, yet past scheduling stalls
+    # a lease far shorter than the default 30 s, yet past the stalls of a loaded machine:
+    # 24 threads share the store with the lease keeper (a PostgreSQL pool of 10), and with
+    # shared sessions every call makes more round trips (1.5 s once gave 2 duplicates)
+    lease = 3.0
     gov = headway.Governor(
         store=store,
         audit=[],
