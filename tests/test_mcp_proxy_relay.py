@@ -105,3 +105,62 @@ async def test_an_upstream_that_cannot_start_is_a_clear_error_not_a_hang(tmp_pat
 
     with pytest.raises(Exception, match="no-such-server"):  # whatever type the client raises
         await connect()
+
+
+async def test_the_relay_in_process_passes_the_handshake_and_governs_each_tools_call(
+    tmp_path: Path,
+) -> None:
+    """The relay driven line by line in this process (the upstream is a real subprocess):
+    the handshake and tools/list pass through as the upstream answered them, a closed-world
+    read runs once and its third repeat is a correction, and a malformed tools/call is a
+    JSON-RPC error naming what is missing."""
+    import json
+
+    import headway
+    from headway._mcp_relay import Relay
+
+    gov = headway.Governor(headway.SQLiteStore(str(tmp_path / "h.db")), share_sessions=False)
+    relay = Relay(gov, upstream(tmp_path), "in-process")
+    seen: list[dict[str, Any]] = []
+
+    def to_client(message: Any) -> None:
+        seen.append(json.loads(message) if isinstance(message, bytes) else dict(message))
+
+    relay.to_client = to_client  # type: ignore[method-assign]
+
+    async def ask(rid: int, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        line = {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
+        await relay.from_client(json.dumps(line).encode() + b"\n")
+        async with asyncio.timeout(BOUND_S):
+            while not any(m.get("id") == rid for m in seen):
+                await asyncio.sleep(0.01)
+        return next(m for m in seen if m.get("id") == rid)
+
+    try:
+        hello = await ask(
+            1,
+            "initialize",
+            {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "test", "version": "1"},
+            },
+        )
+        initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        await relay.from_client(json.dumps(initialized).encode() + b"\n")
+        listing = await ask(2, "tools/list", {})
+        reads = [
+            await ask(3 + i, "tools/call", {"name": "lookup", "arguments": {"key": "a"}})
+            for i in range(3)
+        ]
+        malformed = await ask(9, "tools/call", {"arguments": {"key": "a"}})
+    finally:
+        await relay.upstream.close()
+    assert "serverInfo" in hello["result"]
+    assert "lookup" in {t["name"] for t in listing["result"]["tools"]}
+    statuses = [r["result"]["_meta"]["headway"]["status"] for r in reads]
+    assert statuses == ["executed", "cached", "corrected"]
+    assert reads[2]["result"]["isError"] is True
+    assert "identical arguments" in reads[2]["result"]["content"][0]["text"]
+    assert (tmp_path / "upstream.log").read_text().count("lookup\t") == 1
+    assert "needs a name" in malformed["error"]["message"]
