@@ -17,7 +17,8 @@ The tool is a declared read that is never cached (every call executes) and retur
 page each time, so no call is corrected or stopped: this is the cost of governing.
 
 A second table splits the loop's cost: headway's own time inside each hook (the
-framework's handler left out), with the default timeout and with ``timeout=None``.
+framework's handler left out), with the default timeout and with ``timeout=None``, and of
+the tool side, the integration layer's share (the hook outside ``session.call``).
 A third table times ``session.call`` alone (a trivial runner) in a hot loop and after one
 LangGraph graph step between calls, with and without the LangChain tool run inside it: the
 same core call costs several times more when the framework's work between calls has
@@ -205,7 +206,8 @@ class TimedHooks(HeadwayMiddleware):
 
     def __init__(self, gov: headway.Governor) -> None:
         super().__init__(gov)
-        self.times: dict[str, list[float]] = {"model": [], "tool": []}
+        self.times: dict[str, list[float]] = {"model": [], "tool": [], "layer": []}
+        self.core = [0.0]  # session.call's time in the current tool call
 
     def _timed(self, hook: str, wrapped: Callable[..., Any], request: Any, handler: Any) -> Any:
         inner = [0.0]
@@ -227,7 +229,29 @@ class TimedHooks(HeadwayMiddleware):
         return self._timed("model", super().wrap_model_call, request, handler)
 
     def wrap_tool_call(self, request: Any, handler: Any) -> Any:
-        return self._timed("tool", super().wrap_tool_call, request, handler)
+        self.core[0] = 0.0
+        start = time.perf_counter()
+        try:
+            return self._timed("tool", super().wrap_tool_call, request, handler)
+        finally:
+            self.times["layer"].append(time.perf_counter() - start - self.core[0])
+
+    def _session(self, state: Any, config: Any) -> Any:
+        return TimedSession(super()._session(state, config), self.core)
+
+
+class TimedSession:
+    """A session whose ``call`` records its time (the integration layer is the rest)."""
+
+    def __init__(self, session: headway.Session, into: list[float]) -> None:
+        self.session, self.into = session, into
+
+    def call(self, *args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return self.session.call(*args, **kwargs)
+        finally:
+            self.into[0] = time.perf_counter() - start
 
 
 def hook_times(config: dict[str, Any], rounds: int) -> None:
@@ -237,11 +261,16 @@ def hook_times(config: dict[str, Any], rounds: int) -> None:
         for agent in agents.values():
             agent.invoke({"messages": [("user", "go")]}, config)
     print()
-    print("| tool timeout | headway in wrap_model_call, µs/turn | in wrap_tool_call, µs/call |")
-    print("|---|---:|---:|")
+    print(
+        "| tool timeout | headway in wrap_model_call, µs/turn | in wrap_tool_call, µs/call "
+        "| of which the integration layer (outside session.call) |"
+    )
+    print("|---|---:|---:|---:|")
     for k, h in hooks.items():
-        model, tool_side = (statistics.median(h.times[x]) * 1e6 for x in ("model", "tool"))
-        print(f"| {k} | {model:.0f} | {tool_side:.0f} |")
+        model, tool_side, layer = (
+            statistics.median(h.times[x]) * 1e6 for x in ("model", "tool", "layer")
+        )
+        print(f"| {k} | {model:.0f} | {tool_side:.0f} | {layer:.0f} |")
 
 
 def cold_core(node: Any, config: dict[str, Any], rounds: int) -> None:
