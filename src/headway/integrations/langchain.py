@@ -4,10 +4,11 @@ middleware=[...])``, and ``governed_tool_node(gov, tools)`` for a custom graph's
 Each tool call goes through ``session.call``/``acall`` with the framework's own handler as
 its runner. The session is the state's ``headway_session``, else the thread id, else (the
 middleware only) a fresh id per ``invoke()``; each model turn opens it (a session shared
-through the store is read again then), and the turn's tool calls use that handle. A stop ends the run: the middleware answers
-the next model call itself with a final AI message (the model is not asked) and puts the
-diagnostic in ``state["headway_stop"]``, or raises it (``on_stop="raise"``). Everything
-happens in ``wrap_model_call`` / ``wrap_tool_call``: no extra graph step per turn.
+through the store is read again then), and the turn's tool calls use that handle. A stop
+ends the run: the middleware answers the next model call itself with a final AI message
+(the model is not asked) and puts the diagnostic in ``state["headway_stop"]``, or raises it
+(``on_stop="raise"``). Everything happens in ``wrap_model_call`` / ``wrap_tool_call``: no
+extra graph step per turn.
 """
 
 from __future__ import annotations
