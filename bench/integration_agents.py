@@ -12,6 +12,10 @@ is a dynamic read with new arguments every call, so every governed call runs the
 CPU time (of this process, threads included) rather than wall time, because on a shared
 machine the wall time of one run depends mostly on what the other processes do.
 
+A third table is what Pydantic AI charges any capability for being one: plain, a
+pass-through ``wrap_tool_execute`` capability, and a capability that only wraps the
+toolset (``get_wrapper_toolset``, a pass-through ``WrapperToolset``), 20 calls per turn.
+
 A second table splits headway's own wall time inside each integration's tool hook (the
 framework's tool left out), one call per model turn: the integration layer (the hook
 outside ``session.acall``) and the core (``session.acall`` minus the tool), with the
@@ -37,6 +41,7 @@ from pydantic_ai import Agent as PydanticAgent
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.toolsets import AbstractToolset, WrapperToolset
 
 import headway
 from headway import Session
@@ -76,6 +81,18 @@ def governor(timeout: float | None = 30.0) -> headway.Governor:
     gov = headway.Governor()
     gov.register("lookup", None, effect="read", timeout=timeout)
     return gov
+
+
+class PassthroughToolset(WrapperToolset[Any]):
+    async def call_tool(self, name: str, tool_args: Any, ctx: Any, tool: Any) -> Any:
+        return await self.wrapped.call_tool(name, tool_args, ctx, tool)
+
+
+class ToolsetCapability(AbstractCapability[Any]):
+    """A capability whose only work is a pass-through wrapper of the agent's toolset."""
+
+    def get_wrapper_toolset(self, toolset: AbstractToolset[Any]) -> AbstractToolset[Any]:
+        return PassthroughToolset(toolset)
 
 
 def openai_agents_run(
@@ -121,6 +138,8 @@ def pydantic_ai_run(
     capabilities: list[AbstractCapability[Any]] = []
     if mode == "wrapper":
         capabilities = [Passthrough()]
+    elif mode == "toolset":
+        capabilities = [ToolsetCapability()]
     elif mode == "headway":
         governed = HeadwayCapability(governor(timeout))
         capabilities = [governed if timer is None else TimedCapability(governed, timer)]
@@ -250,6 +269,14 @@ async def main() -> None:
                 f"| {gov - plain:.0f} | {gov / plain:.3f} |"
             )
     await split_rows(rounds)
+    modes = ("plain", "wrapper", "toolset")
+    best = await best_per_call({m: pydantic_ai_run(m, CALLS) for m in modes}, rounds)
+    print()
+    print("| Pydantic AI, 20 calls per turn | CPU µs per tool call | ratio |")
+    print("|---|---:|---:|")
+    labels = ("plain", "a pass-through wrap_tool_execute", "a pass-through toolset wrapper")
+    for mode, label in zip(modes, labels, strict=True):
+        print(f"| {label} | {best[mode]:.0f} | {best[mode] / best['plain']:.3f} |")
 
 
 if __name__ == "__main__":
