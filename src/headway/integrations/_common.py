@@ -5,6 +5,7 @@ of the framework itself."""
 from __future__ import annotations
 
 import importlib
+import threading
 from collections.abc import Mapping, MutableMapping
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -15,6 +16,7 @@ if TYPE_CHECKING:
 
 V = TypeVar("V")
 LIVE = 10_000  # runs whose session an integration keeps at hand (as the Governor keeps states)
+_TABLES = threading.Lock()  # a framework's threads may open sessions at once
 
 
 def require(module: str, extra: str) -> ModuleType:
@@ -49,8 +51,9 @@ def step_of(call_id: str | None, spec: ToolSpec | None = None) -> str | None:
 def remember(table: MutableMapping[str, V], key: str, value: V) -> V:
     """Keep ``value`` under ``key``, the table bounded to the ``LIVE`` most recent keys (the
     oldest forgotten first: a forgotten run's session is opened again when next needed)."""
-    table.pop(key, None)  # re-inserted: the most recent again
-    table[key] = value
-    while len(table) > LIVE:
-        table.pop(next(iter(table)), None)
+    with _TABLES:
+        table.pop(key, None)  # re-inserted: the most recent again
+        table[key] = value
+        while len(table) > LIVE:
+            del table[next(iter(table))]
     return value
