@@ -11,15 +11,26 @@ is a dynamic read with new arguments every call, so every governed call runs the
 (the executed path: no cache hit). Prints CPU microseconds per tool call and the ratio:
 CPU time (of this process, threads included) rather than wall time, because on a shared
 machine the wall time of one run depends mostly on what the other processes do.
+
+A third table is what Pydantic AI charges any capability for being one: plain, a
+pass-through ``wrap_tool_execute`` capability, and a capability that only wraps the
+toolset (``get_wrapper_toolset``, a pass-through ``WrapperToolset``), 20 calls per turn.
+
+A second table splits headway's own wall time inside each integration's tool hook (the
+framework's tool left out), one call per model turn: the integration layer (the hook
+outside ``session.acall``) and the core (``session.acall`` minus the tool), with the
+tool's default 30 s timeout and with ``timeout=None``; medians over the runs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
+import statistics
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import agents
@@ -30,8 +41,10 @@ from pydantic_ai import Agent as PydanticAgent
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.toolsets import AbstractToolset, WrapperToolset
 
 import headway
+from headway import Session
 from headway.integrations.openai_agents import govern_tools
 from headway.integrations.pydantic_ai import HeadwayCapability
 
@@ -64,14 +77,36 @@ class Passthrough(AbstractCapability[Any]):
         return await handler(args)
 
 
-def openai_agents_run(mode: str, per_turn: int) -> Callable[[int], Awaitable[Any]]:
+def governor(timeout: float | None = 30.0) -> headway.Governor:
     gov = headway.Governor()
-    gov.register("lookup", None, effect="read")
+    gov.register("lookup", None, effect="read", timeout=timeout)
+    return gov
+
+
+class PassthroughToolset(WrapperToolset[Any]):
+    async def call_tool(self, name: str, tool_args: Any, ctx: Any, tool: Any) -> Any:
+        return await self.wrapped.call_tool(name, tool_args, ctx, tool)
+
+
+class ToolsetCapability(AbstractCapability[Any]):
+    """A capability whose only work is a pass-through wrapper of the agent's toolset."""
+
+    def get_wrapper_toolset(self, toolset: AbstractToolset[Any]) -> AbstractToolset[Any]:
+        return PassthroughToolset(toolset)
+
+
+def openai_agents_run(
+    mode: str, per_turn: int, *, timeout: float | None = 30.0, timer: Timer | None = None
+) -> Callable[[int], Awaitable[Any]]:
     tools = [function_tool(lookup)]
     if mode == "wrapper":
         tools = [passthrough(t) for t in tools]
     elif mode == "headway":
-        tools = govern_tools(gov, tools)
+        if timer is not None:
+            tools = [timer.wrap(t, "tool") for t in tools]
+        tools = govern_tools(governor(timeout), tools)
+        if timer is not None:
+            tools = [timer.wrap(t, "hook") for t in tools]
 
     def run(i: int) -> Awaitable[Any]:
         calls = [function_call("lookup", {"q": f"r{i}-{n}"}, call_id=f"c{n}") for n in range(CALLS)]
@@ -83,9 +118,9 @@ def openai_agents_run(mode: str, per_turn: int) -> Callable[[int], Awaitable[Any
     return run
 
 
-def pydantic_ai_run(mode: str, per_turn: int) -> Callable[[int], Awaitable[Any]]:
-    gov = headway.Governor()
-    gov.register("lookup", None, effect="read")
+def pydantic_ai_run(
+    mode: str, per_turn: int, *, timeout: float | None = 30.0, timer: Timer | None = None
+) -> Callable[[int], Awaitable[Any]]:
     run_no = [0]
 
     def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
@@ -100,9 +135,14 @@ def pydantic_ai_run(mode: str, per_turn: int) -> Callable[[int], Awaitable[Any]]
             ]
         )
 
-    capabilities = {"plain": [], "wrapper": [Passthrough()], "headway": [HeadwayCapability(gov)]}[
-        mode
-    ]
+    capabilities: list[AbstractCapability[Any]] = []
+    if mode == "wrapper":
+        capabilities = [Passthrough()]
+    elif mode == "toolset":
+        capabilities = [ToolsetCapability()]
+    elif mode == "headway":
+        governed = HeadwayCapability(governor(timeout))
+        capabilities = [governed if timer is None else TimedCapability(governed, timer)]
     agent = PydanticAgent(FunctionModel(respond), capabilities=capabilities)
     agent.tool_plain(lookup)
 
@@ -111,6 +151,92 @@ def pydantic_ai_run(mode: str, per_turn: int) -> Callable[[int], Awaitable[Any]]
         return agent.run("go", conversation_id=f"run-{mode}-{i}")
 
     return run
+
+
+class Timer:
+    """Wall time of one tool call in three places: the integration's hook, ``session.acall``
+    inside it, and the framework's tool inside that; one row per call."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, float]] = []
+        self._now: dict[str, float] = {}
+
+    async def timed(self, place: str, call: Awaitable[Any]) -> Any:
+        start = time.perf_counter()
+        try:
+            return await call
+        finally:
+            self._now[place] = time.perf_counter() - start
+            if place == "hook":
+                self.rows.append(self._now)
+                self._now = {}
+
+    def wrap(self, tool: FunctionTool, place: str) -> FunctionTool:
+        invoke = tool.on_invoke_tool
+
+        async def on_invoke_tool(ctx: ToolContext[Any], raw: str) -> Any:
+            return await self.timed(place, invoke(ctx, raw))
+
+        wrapped = copy.copy(tool)
+        wrapped.on_invoke_tool = on_invoke_tool
+        return wrapped
+
+    @contextlib.contextmanager
+    def core(self) -> Iterator[None]:
+        """``Session.acall`` timed while the block runs (the bench's own process only)."""
+        acall = Session.acall
+
+        async def timed_acall(session: Session, *args: Any, **kwargs: Any) -> Any:
+            return await self.timed("core", acall(session, *args, **kwargs))
+
+        Session.acall = timed_acall  # type: ignore[method-assign]
+        try:
+            yield
+        finally:
+            Session.acall = acall  # type: ignore[method-assign]
+
+    def split(self) -> tuple[float, float]:
+        """Medians, µs per call: the integration layer, the core."""
+        rows = [r for r in self.rows if len(r) == 3]
+        layer = statistics.median(r["hook"] - r["core"] for r in rows) * 1e6
+        core = statistics.median(r["core"] - r["tool"] for r in rows) * 1e6
+        return layer, core
+
+
+class TimedCapability(AbstractCapability[Any]):
+    """HeadwayCapability's hook, timed: its own call and the framework's handler inside."""
+
+    def __init__(self, governed: HeadwayCapability, timer: Timer) -> None:
+        self.governed, self.timer = governed, timer
+
+    async def wrap_tool_execute(
+        self, ctx: Any, *, call: Any, tool_def: Any, args: Any, handler: Any
+    ) -> Any:
+        async def tool(kwargs: Any) -> Any:
+            return await self.timer.timed("tool", handler(kwargs))
+
+        hook = self.governed.wrap_tool_execute(
+            ctx, call=call, tool_def=tool_def, args=args, handler=tool
+        )
+        return await self.timer.timed("hook", hook)
+
+
+async def split_rows(rounds: int) -> None:
+    print()
+    print("| framework | tool timeout | integration layer µs/call | core (session.acall) µs/call |")
+    print("|---|---|---:|---:|")
+    for framework, make in (
+        ("OpenAI Agents SDK", openai_agents_run),
+        ("Pydantic AI", pydantic_ai_run),
+    ):
+        for label, timeout in (("30 s (default)", 30.0), ("None", None)):
+            timer = Timer()
+            run = make("headway", 1, timeout=timeout, timer=timer)
+            with timer.core():
+                for r in range(max(rounds // 3, 5)):
+                    await run(r)
+            layer, core = timer.split()
+            print(f"| {framework} | {label} | {layer:.1f} | {core:.0f} |")
 
 
 async def best_per_call(runs: dict[str, Callable[[int], Awaitable[Any]]], rounds: int) -> Any:
@@ -142,6 +268,15 @@ async def main() -> None:
                 f"| {framework} | {per_turn} | {plain:.0f} | {wrapper:.0f} | {gov:.0f} "
                 f"| {gov - plain:.0f} | {gov / plain:.3f} |"
             )
+    await split_rows(rounds)
+    modes = ("plain", "wrapper", "toolset")
+    best = await best_per_call({m: pydantic_ai_run(m, CALLS) for m in modes}, rounds)
+    print()
+    print("| Pydantic AI, 20 calls per turn | CPU µs per tool call | ratio |")
+    print("|---|---:|---:|")
+    labels = ("plain", "a pass-through wrap_tool_execute", "a pass-through toolset wrapper")
+    for mode, label in zip(modes, labels, strict=True):
+        print(f"| {label} | {best[mode]:.0f} | {best[mode] / best['plain']:.3f} |")
 
 
 if __name__ == "__main__":

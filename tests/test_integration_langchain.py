@@ -499,3 +499,74 @@ def test_the_span_and_the_audit_record_of_a_tool_call_carry_its_tool_call_id(mod
     spans = exporter.get_finished_spans()
     assert [dict(s.attributes or {})["gen_ai.tool.call.id"] for s in spans] == ["c1", "c2"]
     assert [r["call_id"] for r in audit.records("t-ids")] == ["c1", "c2"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_tool_call_uses_the_session_its_model_turn_opened(mode: str, tmp_path: Path) -> None:
+    # a session shared through the store is read when a handle opens: once per model turn,
+    # not again for each tool call (the call itself reads the record before it runs)
+    gov = headway.Governor(headway.SQLiteStore(str(tmp_path / "store.db")))
+    gov.register("page", None, effect="read")
+    opened: list[str] = []
+    open_session = gov.session
+
+    def session(run_id: str, **options: Any) -> headway.Session:
+        opened.append(run_id)
+        return open_session(run_id, **options)
+
+    gov.session = session  # type: ignore[method-assign]
+
+    @tool
+    def page(n: int) -> str:
+        """One page."""
+        return f"page {n}"
+
+    turns = [("page", {"n": 1})], [("page", {"n": 2}), ("page", {"n": 3})], [("page", {"n": 4})]
+    agent = create_agent(
+        ScriptedModel(messages=calls(*turns)), [page], middleware=[HeadwayMiddleware(gov)]
+    )
+    result = run(agent, mode, config={"configurable": {"thread_id": "t-open"}})
+    assert [m.content for m in tool_messages(result)] == [f"page {n}" for n in range(1, 5)]
+    assert opened == ["t-open"] * 4  # three turns with tool calls and the final answer
+    assert [r["status"] for r in gov.audit_records("t-open")] == ["executed"] * 4
+
+
+def test_a_custom_graphs_tool_node_opens_its_session_once() -> None:
+    gov = headway.Governor()
+    opened: list[str] = []
+    open_session = gov.session
+
+    def session(run_id: str, **options: Any) -> headway.Session:
+        opened.append(run_id)
+        return open_session(run_id, **options)
+
+    gov.session = session  # type: ignore[method-assign]
+
+    @tool
+    def page(n: int) -> str:
+        """One page."""
+        return f"page {n}"
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("tools", governed_tool_node(gov, [page]))
+    graph.add_edge(START, "tools")
+    graph.add_edge("tools", END)
+    compiled = graph.compile()
+    config = {"configurable": {"thread_id": "t-node"}}
+    for n in range(3):
+        turn = AIMessage("", tool_calls=[{"name": "page", "args": {"n": n}, "id": f"c{n}"}])
+        compiled.invoke({"messages": [turn]}, config)
+    assert opened == ["t-node"]
+    assert len(gov.audit_records("t-node")) == 3
+
+
+def test_the_table_of_open_sessions_keeps_the_most_recent(monkeypatch: pytest.MonkeyPatch) -> None:
+    from headway.integrations import _common
+
+    monkeypatch.setattr(_common, "LIVE", 3)
+    table: dict[str, int] = {}
+    for key in "abcd":
+        _common.remember(table, key, ord(key))
+    _common.remember(table, "b", 0)  # used again: the most recent
+    _common.remember(table, "e", 1)
+    assert list(table) == ["d", "b", "e"]

@@ -3,10 +3,12 @@ middleware=[...])``, and ``governed_tool_node(gov, tools)`` for a custom graph's
 
 Each tool call goes through ``session.call``/``acall`` with the framework's own handler as
 its runner. The session is the state's ``headway_session``, else the thread id, else (the
-middleware only) a fresh id per ``invoke()``. A stop ends the run: the middleware answers
-the next model call itself with a final AI message (the model is not asked) and puts the
-diagnostic in ``state["headway_stop"]``, or raises it (``on_stop="raise"``). Everything
-happens in ``wrap_model_call`` / ``wrap_tool_call``: no extra graph step per turn.
+middleware only) a fresh id per ``invoke()``; each model turn opens it (a session shared
+through the store is read again then), and the turn's tool calls use that handle. A stop
+ends the run: the middleware answers the next model call itself with a final AI message
+(the model is not asked) and puts the diagnostic in ``state["headway_stop"]``, or raises it
+(``on_stop="raise"``). Everything happens in ``wrap_model_call`` / ``wrap_tool_call``: no
+extra graph step per turn.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NotRequired, cast
 
-from ._common import declare, require, step_of
+from ._common import declare, remember, require, step_of
 
 require("langchain.agents", "langchain")
 
@@ -80,6 +82,7 @@ class HeadwayMiddleware(AgentMiddleware[HeadwayState, Any]):
         self.on_stop = on_stop
         self.key_of = idempotency_key
         self.tools: Sequence[BaseTool] = []
+        self._open: dict[str, Session] = {}  # session id -> the handle of its latest turn
 
     # -- model calls: the session, user turns, model turns, the end on a stop ---------
     # (inside the model node, so headway adds no graph step to the agent loop)
@@ -113,7 +116,8 @@ class HeadwayMiddleware(AgentMiddleware[HeadwayState, Any]):
         update: dict[str, Any] = {}
         if not sid:  # no thread: this invoke() is its own session, named in the state
             sid = update["headway_session"] = uuid.uuid4().hex
-        session = self.gov.session(str(sid))
+        sid = str(sid)
+        session = remember(self._open, sid, self.gov.session(sid))
         messages = request.messages
         for message in reversed(messages):
             if not isinstance(message, ToolMessage):
@@ -215,7 +219,9 @@ class HeadwayMiddleware(AgentMiddleware[HeadwayState, Any]):
                 "headway needs a session for this run: give the graph a thread id "
                 '(config={"configurable": {"thread_id": ...}}) or a "headway_session" state key'
             )
-        return self.gov.session(str(sid))
+        sid = str(sid)
+        session = self._open.get(sid)  # opened by this turn's model call, or an earlier call
+        return remember(self._open, sid, self.gov.session(sid)) if session is None else session
 
 
 def governed_tool_node(gov: Governor, tools: Sequence[Any], **options: Any) -> ToolNode:

@@ -17,7 +17,7 @@ from typing import Any
 from .._session import Governor, Session
 from ..errors import BudgetExceeded, LoopDetected, Stop
 from ..outcome import Status
-from ._common import declare, require, step_of
+from ._common import declare, remember, require, step_of
 
 require("pydantic_ai", "pydantic-ai")
 
@@ -70,9 +70,7 @@ class HeadwayCapability(AbstractCapability[Any]):
             return known[1]
         session = self.gov.session(sid)  # a new run of the conversation: a new user input
         session.user_turn()
-        self._runs[sid] = (ctx.run_id, session)
-        while len(self._runs) > 10_000:
-            self._runs.pop(next(iter(self._runs)))
+        remember(self._runs, sid, (ctx.run_id, session))
         return session
 
     async def wrap_tool_execute(
@@ -85,7 +83,9 @@ class HeadwayCapability(AbstractCapability[Any]):
         handler: WrapToolExecuteHandler,
     ) -> Any:
         name = tool_def.name
-        spec = declare(self.gov, name, (tool_def.metadata or {}).get("annotations"))
+        spec = self.gov.spec(name) or declare(
+            self.gov, name, (tool_def.metadata or {}).get("annotations")
+        )
         failures: list[Exception] = []
 
         async def run(**kwargs: Any) -> Any:
