@@ -203,8 +203,10 @@ def error_text(value: Any) -> str:
 
 def _deadline(gov: Governor, policy: Retry) -> float | None:
     """The whole call's bound: the retry policy's ``deadline_s`` within the governor's."""
-    bounds = [d for d in (policy.deadline_s, gov.deadline_s) if d is not None]
-    return min(bounds) if bounds else None
+    mine, whole = policy.deadline_s, gov.deadline_s
+    if mine is None or whole is None:
+        return whole if mine is None else mine
+    return min(mine, whole)
 
 
 def _renewed(gov: Governor, c: Call) -> Plan[bool]:
