@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import hashlib
 import json
 import sys
@@ -131,6 +132,7 @@ def main() -> None:
     exec_s = gov.session("exec", budgets=budgets)
     default_s = gov.session("defaults")  # the options a user leaves alone
 
+    executed_step, cached_step = _detector_steps(gov, nxt)
     rows = [
         ("bare function call", lambda: tool(**nxt())),
         ("floor: json.dumps(sort_keys)+sha256", lambda: floor_key(nxt())),
@@ -145,6 +147,8 @@ def main() -> None:
         ("headway unkeyed write, defaults (thread)", lambda: default_s.call("write", nxt())),
         ("floor, 17 KB arguments", lambda: floor_key(nxt_big())),
         ("headway cache-hit path, 17 KB arguments", lambda: hit_s.call("cached", nxt_big())),
+        ("detectors alone, executed step (+ key)", executed_step),
+        ("detectors alone, cached step (+ key)", cached_step),
     ]
     print(
         "settings: in-memory audit on (the Governor's default), detectors on, every budget set"
@@ -175,30 +179,102 @@ def main() -> None:
             f"  {name[8:]} <= 3x floor + raw hand-off ({bound:.2f} us): {results[name]:.2f} us"
             f" = {results[name] / bound:.2f}x the bound"
         )
-    asyncio.run(_async_rows(default_s, nxt, rounds, max(batch // 4, 100)))
+    key = results["headway canonical key (fast path)"]
+    print("the detectors' share (Monitor.observation + after, the key's time taken off):")
+    for label, step, row in (
+        (
+            "executed step",
+            "detectors alone, executed step (+ key)",
+            "headway executed path (retry+breaker)",
+        ),
+        ("cached step", "detectors alone, cached step (+ key)", "headway cache-hit path"),
+    ):
+        us = results[step] - key
+        print(
+            f"  {label:<14} {us:>7.2f} us = {us / floor:.2f}x floor,"
+            f" {us / results[row]:.0%} of the {row[8:]!r} row"
+        )
+    asyncio.run(_async_rows(default_s, nxt, rounds, max(batch // 4, 100), pool))
     assert hit_s.call("cached", VARIANTS[0]).status is headway.Status.CACHED
 
 
+def _detector_steps(
+    gov: headway.Governor, nxt: Callable[[], dict[str, Any]]
+) -> tuple[Callable[[], Any], Callable[[], Any]]:
+    """The detectors alone (``Monitor.observation`` + ``after``, as settling a call makes
+    them, plus the canonical key), fed the steps of the headway rows: an executed read of
+    these arguments and result, and a served (cached) one."""
+    from headway._call import result_text
+    from headway._canonical import canonical_json
+    from headway.detectors import Monitor
+    from headway.outcome import CACHED, EXECUTED
+
+    spec = gov.spec("plain")
+    assert spec is not None
+    value = tool(**ARGS)
+    text = result_text(value)
+
+    def stream(status: headway.Status) -> Callable[[], Any]:
+        monitor = Monitor(
+            limit=10**9,
+            window=gov.window,
+            normalizers=gov.normalizers,
+            threshold=gov.similarity,
+            detectors=gov.detectors,
+        )
+        index = iter(range(10**12))
+        served = status is CACHED
+
+        def step() -> Any:
+            canon = canonical_json(nxt())
+            obs = monitor.observation(
+                next(index), "plain", "plain:" + canon, canon, "read", status,
+                None if served else text, None, canon,
+            )  # fmt: skip
+            return monitor.after(spec, obs, None if served else value, 0.0, 10**9)
+
+        return step
+
+    return stream(EXECUTED), stream(CACHED)
+
+
 async def _async_rows(
-    s: headway.Session, nxt: Callable[[], dict[str, Any]], rounds: int, batch: int
+    s: headway.Session,
+    nxt: Callable[[], dict[str, Any]],
+    rounds: int,
+    batch: int,
+    pool: concurrent.futures.ThreadPoolExecutor,
 ) -> None:
     """``call`` and ``acall`` of the same sync tool (default timeout), taking turns inside
-    one running loop; each keeps its best batch."""
-    best = {"call": float("inf"), "acall": float("inf")}
+    one running loop; each keeps its best batch. Beside them, the same tool handed to a raw
+    ``ThreadPoolExecutor`` waited for by a blocking ``result()`` and by awaiting
+    ``loop.run_in_executor``: what waking an event loop from another thread costs."""
+    loop = asyncio.get_running_loop()
+    best = dict.fromkeys(("call", "acall", "raw result()", "raw run_in_executor"), float("inf"))
     for _ in range(rounds):
-        t0 = time.perf_counter()
-        for _ in range(batch):
-            s.call("uncached", nxt())
-        best["call"] = min(best["call"], (time.perf_counter() - t0) / batch * 1e6)
-        t0 = time.perf_counter()
-        for _ in range(batch):
-            await s.acall("uncached", nxt())
-        best["acall"] = min(best["acall"], (time.perf_counter() - t0) / batch * 1e6)
+        for name in best:
+            t0 = time.perf_counter()
+            for _ in range(batch):
+                if name == "call":
+                    s.call("uncached", nxt())
+                elif name == "acall":
+                    await s.acall("uncached", nxt())
+                elif name == "raw result()":
+                    pool.submit(tool, **nxt()).result(timeout=30)
+                else:
+                    await loop.run_in_executor(pool, functools.partial(tool, **nxt()))
+            best[name] = min(best[name], (time.perf_counter() - t0) / batch * 1e6)
     print("async, a sync tool with the default timeout, inside a running event loop:")
     print(f"  call  {best['call']:>9.2f} us")
     print(
         f"  acall {best['acall']:>9.2f} us  ({best['acall'] / best['call']:.2f}x call; target <= 1)"
     )
+    raw_sync, raw_async = best["raw result()"], best["raw run_in_executor"]
+    print(
+        f"  raw ThreadPoolExecutor: result() {raw_sync:.2f} us, awaited run_in_executor"
+        f" {raw_async:.2f} us ({raw_async / raw_sync:.2f}x; {raw_async - raw_sync:+.2f} us)"
+    )
+    print(f"  acall - call {best['acall'] - best['call']:+.2f} us")
 
 
 if __name__ == "__main__":

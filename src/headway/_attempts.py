@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from ._state import SessionState
 
 _DIGITS = re.compile(r"\d+")
+_effect = tuple.__new__  # a NamedTuple from its full field tuple, without its __new__ frame
 _STATE_SEEN = {"allow": "closed", "probe": "half_open", "reject": "open"}
 
 
@@ -90,7 +91,7 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
             timeout = left if timeout is None else min(timeout, left)
         c.attempts += 1
         try:
-            c.value = yield Attempt(c.fn, c.args, timeout, c.fn_async)
+            c.value = yield _effect(Attempt, (c.fn, c.args, timeout, c.fn_async))
         except (AttemptTimeout, TimeoutError) as exc:
             failure: BaseException = exc
             timed_out = True
@@ -203,8 +204,10 @@ def error_text(value: Any) -> str:
 
 def _deadline(gov: Governor, policy: Retry) -> float | None:
     """The whole call's bound: the retry policy's ``deadline_s`` within the governor's."""
-    bounds = [d for d in (policy.deadline_s, gov.deadline_s) if d is not None]
-    return min(bounds) if bounds else None
+    mine, whole = policy.deadline_s, gov.deadline_s
+    if mine is None or whole is None:
+        return whole if mine is None else mine
+    return min(mine, whole)
 
 
 def _renewed(gov: Governor, c: Call) -> Plan[bool]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import functools
 import inspect
 import queue
@@ -282,8 +281,11 @@ async def _attempt_async(e: Attempt) -> Any:
 
 
 def _wake(loop: asyncio.AbstractEventLoop, ended: asyncio.Future[bool]) -> None:
-    with contextlib.suppress(RuntimeError):  # the loop has closed: nobody is waiting
+    # not contextlib.suppress: no object made per call on the way back to the loop
+    try:  # noqa: SIM105
         loop.call_soon_threadsafe(_resolve, ended, True)
+    except RuntimeError:  # the loop has closed: nobody is waiting
+        pass
 
 
 def _resolve(ended: asyncio.Future[bool], in_time: bool) -> None:

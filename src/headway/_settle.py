@@ -110,8 +110,8 @@ def _judge(gov: Governor, st: SessionState, c: Call, now: float) -> _Judged:
     mark = "neutral"
     correction = c.correction
     stop: Stop | None = None
+    monitor = st.monitor if c.agent is None else st.monitor_of(c.agent)
     if c.known and not c.coalesced:
-        monitor = st.monitor_of(c.agent)
         status = c.status
         if status is CACHED and c.agent is not None and not monitor.may_correct(c.key):
             # fetched by another agent: new to this one, judged like a fresh result
@@ -155,8 +155,7 @@ def _judge(gov: Governor, st: SessionState, c: Call, now: float) -> _Judged:
         c.would = "stop"
     meter = st.meter
     budget = (meter.calls, meter.per_tool.get(spec.name, 0), meter.retries.get(spec.name, 0))
-    last_progress = st.monitor_of(c.agent).last_progress_step
-    return index, mark, signals, correction, stop, budget, last_progress
+    return index, mark, signals, correction, stop, budget, monitor.last_progress_step
 
 
 def _finish(gov: Governor, st: SessionState, c: Call, now: float, judged: _Judged) -> Outcome:

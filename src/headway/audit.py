@@ -12,7 +12,6 @@ read), ``stop`` (the diagnostic when this call reached a limit, else None) and `
 from __future__ import annotations
 
 import collections
-import contextlib
 import functools
 import json
 import logging
@@ -201,8 +200,11 @@ class MemoryAudit:
         if len(records) > kept.fit:
             # one out for one in, like a full deque: freeing a record frees the call it
             # holds, ~2 us; many at once free whole memory arenas, dearer still
-            with contextlib.suppress(IndexError):  # another writer took the last one
+            # not contextlib.suppress: making its object was 5% of a cache hit
+            try:  # noqa: SIM105
                 records.popleft()
+            except IndexError:  # another writer took the last one
+                pass
         kept.n += 1  # racy, harmless: it only says when to measure
         if kept.n & 63 == 1:
             self._measure(kept, record)
