@@ -65,6 +65,8 @@ class Observation:
         "_arg_grams",
         "_derive",
         "_json",
+        "_nargs",
+        "_ngrams",
         "_nkey",
         "_norm",
         "_shingles",
@@ -123,6 +125,7 @@ class Observation:
         self._shingles: frozenset[str] | None = None
         self._sketch: frozenset[int] | array[int] | None = None
         self._arg_grams: frozenset[str] | None = None
+        self._ngrams = self._nargs = -1  # the sizes of those sets, once built: kept
         self._json: str | None = None  # the step as stored in a session record (made once)
         self._nkey: str | None = None
 
@@ -180,6 +183,7 @@ class Observation:
     def grams(self) -> frozenset[str]:
         if self._shingles is None:
             self._shingles = shingles(self.norm or "")
+            self._ngrams = len(self._shingles)
         return self._shingles
 
     def anchors(self, packed: bool = False) -> frozenset[int] | array[int]:
@@ -194,6 +198,7 @@ class Observation:
     def arg_grams(self) -> frozenset[str]:
         if self._arg_grams is None:
             self._arg_grams = shingles(self.args)
+            self._nargs = len(self._arg_grams)
         return self._arg_grams
 
     def _settle(self) -> None:
@@ -512,8 +517,12 @@ class Monitor:
         for o in reversed(self.window):
             if o.tool != step.tool or len(o.args) < SHORT:
                 continue
-            if jaccard(step.arg_grams(), o._arg_grams or shingles(o.args)) >= _ARGS_SIMILAR:
-                return True
+            mine = step.arg_grams()
+            if o._nargs < 0 or could_be_similar(len(mine), o._nargs, _ARGS_SIMILAR):
+                grams = o._arg_grams or shingles(o.args)
+                o._nargs = len(grams)  # next time, sets too unlike in size are not built
+                if jaccard(mine, grams) >= _ARGS_SIMILAR:
+                    return True
             tried += 1
             if tried >= _CANDIDATES:
                 break
@@ -640,8 +649,13 @@ class Monitor:
         sa, sb = a.anchors(), b.anchors(packed=True)
         if len(sa) >= SKETCH_MIN and len(sb) >= SKETCH_MIN and overlap(sa, sb) < SKETCH_FLOOR:
             return False  # clearly different: no exact comparison needed
+        grams = a.grams()
+        if b._ngrams >= 0 and not could_be_similar(len(grams), b._ngrams, self.threshold):
+            return False  # 5-gram sets this unlike in size cannot reach the threshold
         # b is in the window: its 5-grams are built again rather than kept (memory)
-        return jaccard(a.grams(), b._shingles or shingles(self._hold(b))) >= self.threshold
+        other = b._shingles or shingles(self._hold(b))
+        b._ngrams = len(other)
+        return jaccard(grams, other) >= self.threshold
 
     def _hold(self, o: Observation) -> str:
         """A window step's normalised result, rebuilt from its text if need be and then
@@ -796,7 +810,8 @@ class Monitor:
             try:
                 applied = apply(text, self.normalizers)
                 if len(text) <= _CAPPED:  # the window keeps the text whole: it rebuilds norm
-                    derive = self.normalizers
+                    # with the normalisers only if they changed it (most results: no ids)
+                    derive = () if applied == text else self.normalizers
             except Exception:  # a normaliser that fails: judge the text as it is
                 applied = text
             norm = " ".join(applied.split())
