@@ -7,7 +7,8 @@ Monitor: before() + observation() + after()) at step 10 and at step 10,000 of on
 session, and the full per-call cost through a Governor at both points. Results are real
 tool results (mini-swe-agent observations, up to 800 characters) read from
 ../shared/traces when present, else synthetic texts; three tools, 50 argument sets.
-Then the traced memory of one session after 1,000 and 10,000 calls.
+Then the traced memory of one session after 1,000 and 10,000 calls (each result a new
+string, as a tool's is: what the window keeps of it is counted).
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def pages(n: int) -> list[str]:
 def feed(m: Monitor, step: int, rnd: random.Random) -> None:
     tool = ("search", "open", "grep")[step % 3]
     key = f"{tool}:{rnd.randint(0, 50)}"
-    result = TEXTS[step % len(TEXTS)]
+    result = (" " + TEXTS[step % len(TEXTS)])[1:]  # a new string, as a tool's result is
     m.before(SPECS[tool], key, "read", key)
     obs = m.observation(step, tool, key, key[-8:], "read", Status.EXECUTED, result)
     m.after(SPECS[tool], obs, None, now=float(step), session_limit=10**9)
