@@ -108,14 +108,9 @@ class Observation:
         probe: int = 0,  # a short result: hash of (tool, query shape, result)
     ) -> None:
         self.index, self.tool, self.key, self.args_id = index, tool, key, args_id
-        self.effect, self.status, self.error, self.mark, self.args = (
-            effect,
-            status,
-            error,
-            mark,
-            args,
-        )
-        self.duplicate, self.unchanged, self.units, self.probe = duplicate, unchanged, units, probe
+        self.effect, self.status, self.error = effect, status, error
+        self.mark, self.args, self.duplicate, self.unchanged = mark, args, duplicate, unchanged
+        self.units, self.probe = units, probe
         self._text, self._size = text, -1  # _size: the text's length once only its head is read
         self._norm, self.nlen = norm, -1 if norm is None else len(norm)
         self._derive: tuple[Normalizer, ...] | None = None  # norm = normalize(text, _derive)
