@@ -7,9 +7,10 @@ sessions stay open): it reads source files (about 2 KB each, a file re-read afte
 is a near-duplicate candidate, so the 5-gram comparison runs), searches (short results),
 runs the tests (about 1 KB of output that changes a little between runs) and writes files.
 Prints the bytes held per session (tracemalloc: the growth of the Python heap from before
-the first session to after the last call, the tools' own data left out, divided by the
-number of sessions), once with
-the default audit and once with ``audit=[]`` (the audit's share is another issue's).
+the first session to after the last call, less the growth of the same calls made to the
+tools without headway: their files; divided by the number of sessions), once with the
+default audit and once with ``audit=[]`` (the audit's share is another issue's). Every
+result is a new string, as a real tool's is: a session that keeps one pays for it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import argparse
 import gc
 import random
 import tracemalloc
+from collections.abc import Callable
 from typing import Any
 
 import headway
@@ -61,23 +63,24 @@ def source(rng: random.Random, path: str, lines: int) -> str:
     return "\n".join(body)
 
 
-def governor(audit: bool) -> headway.Governor:
-    # the limit is out of reach: the bench measures memory, not stopping
-    gov = headway.Governor(audit=None if audit else [], no_progress_limit=10**6)
-    files: dict[str, str] = {}
+def tools() -> dict[str, Callable[..., Any]]:
+    """A coding agent's tools over files kept in memory. Every call returns a new string,
+    as a real tool's result is (a file read from disk, a command's output)."""
+    files: dict[str, list[str]] = {}
     rng = random.Random(7)
 
-    def read_file(path: str) -> str:
+    def lines_of(path: str) -> list[str]:
         if path not in files:
-            files[path] = source(rng, path, 40)
+            files[path] = source(rng, path, 40).splitlines()
         return files[path]
 
+    def read_file(path: str) -> str:
+        return "\n".join(lines_of(path))
+
     def write_file(path: str, content: str) -> dict[str, Any]:
-        old = files.get(path) or source(rng, path, 40)
-        lines = old.splitlines()
+        lines = lines_of(path)
         lines[len(lines) // 2] = content  # a one-line edit: a re-read is near the last read
-        files[path] = "\n".join(lines)
-        return {"ok": True, "bytes": len(files[path])}
+        return {"ok": True, "bytes": sum(map(len, lines)) + len(lines) - 1}
 
     def search(query: str) -> str:
         return f"{query}: src/{query}.py:12, src/{query}_test.py:3"
@@ -89,10 +92,25 @@ def governor(audit: bool) -> headway.Governor:
         out.append(f"{failed} failed, {24 - failed} passed in {rng.random():.2f}s")
         return "\n".join(out)
 
-    gov.register("read_file", read_file, effect="read")
-    gov.register("write_file", write_file, effect="write")
-    gov.register("search", search, effect="read")
-    gov.register("run_tests", run_tests, effect="read")
+    return {
+        "read_file": read_file,
+        "write_file": write_file,
+        "search": search,
+        "run_tests": run_tests,
+    }
+
+
+def governor(audit: bool) -> headway.Governor:
+    # the limit is out of reach: the bench measures memory, not stopping
+    gov = headway.Governor(audit=None if audit else [], no_progress_limit=10**6)
+    fns = tools()
+    for name, effect in (
+        ("read_file", "read"),
+        ("write_file", "write"),
+        ("search", "read"),
+        ("run_tests", "read"),
+    ):
+        gov.register(name, fns[name], effect=effect)
     return gov
 
 
@@ -110,29 +128,44 @@ def plan(session: int, calls: int) -> list[tuple[str, dict[str, Any]]]:
     return steps[:calls]
 
 
-def held(sessions: int, calls: int, audit: bool) -> float:
-    gov = governor(audit)
-    plans = [plan(i, calls) for i in range(sessions)]
+def grown(run: Callable[[], object]) -> int:
+    """Bytes by which the Python heap grew over ``run()``, what it returns still held."""
     gc.collect()
     tracemalloc.start()
     before = tracemalloc.take_snapshot()
-    open_ = [gov.session(f"s{i}") for i in range(sessions)]
-    for step in range(calls):  # interleaved: every session is open for the whole run
-        for s, p in zip(open_, plans, strict=True):
-            tool, args = p[step]
-            s.call(tool, args)
+    kept = run()
     gc.collect()
     after = tracemalloc.take_snapshot()
     tracemalloc.stop()
-    del open_
+    del kept
+    return sum(d.size_diff for d in after.compare_to(before, "filename"))
+
+
+def held(sessions: int, calls: int, audit: bool) -> float:
+    plans = [plan(i, calls) for i in range(sessions)]
+
+    def tools_alone() -> object:  # the same calls without headway: the tools' own state
+        fns = tools()
+        for step in range(calls):
+            for p in plans:
+                tool, args = p[step]
+                fns[tool](**args)
+        return fns
+
+    gov = governor(audit)
+
+    def run() -> object:
+        open_ = [gov.session(f"s{i}") for i in range(sessions)]
+        for step in range(calls):  # interleaved: every session is open for the whole run
+            for s, p in zip(open_, plans, strict=True):
+                tool, args = p[step]
+                s.call(tool, args)
+        return open_
+
+    own = grown(tools_alone)
+    total = grown(run)
     gov.close()
-    # the tools' own files (allocated in this script) are not the sessions'
-    mine = (tracemalloc.Filter(False, __file__),)
-    grown = sum(
-        d.size_diff
-        for d in after.filter_traces(mine).compare_to(before.filter_traces(mine), "filename")
-    )
-    return grown / sessions
+    return (total - own) / sessions
 
 
 def main() -> None:

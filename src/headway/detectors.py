@@ -10,7 +10,6 @@ most, whatever the length of the run.
 from __future__ import annotations
 
 import base64
-import dataclasses
 import hashlib
 import struct
 import sys
@@ -33,6 +32,7 @@ from .similarity import (
     content_units,
     could_be_similar,
     jaccard,
+    normalize,
     overlap,
     query_shape,
     shingles,
@@ -46,57 +46,127 @@ _MAX_POLLS_TRACKED = 256  # distinct polled calls whose waiting is counted
 _CANDIDATES = 8  # earlier results of the same tool compared for near-duplicates
 _ARGS_SIMILAR = 0.5  # 5-gram Jaccard of two calls' arguments: the same request reworded
 _NEUTRAL = (ERROR, FALLBACK, UNKNOWN, REPLAYED)
-_CAPPED = 4096  # a normalised result past this is compared by digest (shingles keep 2 x 2048)
+_CAPPED = 4096  # a normalised result past this is kept as the 2 x 2048 characters shingles read
+_TEXT_KEPT = 1500  # characters of a stored step's text: what a correction quotes of it
+_NO_UNITS: frozenset[int] = frozenset()
 
 
-@dataclasses.dataclass(slots=True)
 class Observation:
-    """One step as the detectors see it."""
+    """One step as the detectors see it.
 
-    index: int
-    tool: str
-    key: str  # tool + canonical arguments (ignore_fields removed; sha256 when long)
-    args_id: str  # the canonical arguments when short, else their sha256
-    effect: str
-    status: Status
-    text: str | None = None  # the result (or error) as text, for corrections
-    norm: str | None = None  # normalised result text
-    error: str | None = None  # error fingerprint
-    mark: Mark = "neutral"
-    args: str = ""  # the canonical arguments (cut), for correction texts
-    duplicate: bool = False  # the result repeats one already in the window
-    unchanged: bool = False  # the result equals that of the previous identical call
-    # content units of a long result (similarity.content_units); packed in the window
-    units: frozenset[int] | array[int] = frozenset()
-    probe: int = 0  # a short result: hash of (tool, query shape, result)
-    # similarity sets, built lazily: the 5-gram sets live only while the step is judged
-    # (one set holds ~80 bytes per character of the result); a step in the window keeps
-    # its sketch as an array of 8-byte hashes
-    _shingles: frozenset[str] | None = None
-    _sketch: frozenset[int] | array[int] | None = None
-    _arg_grams: frozenset[str] | None = None
-    _size: int = -1  # the length of the text when the window keeps only its head
-    _json: str | None = None  # the step as stored in a session record (made once)
-    _nkey: str | None = None  # set for a long result read back from a session record
-    _nlen: int = -1
+    Once judged (it joins the window) a step keeps only what the decisions read of an
+    older step: the head of its text (what a correction quotes; a text short enough to be
+    shingled whole is kept whole, and its normalised form is rebuilt from it when a later
+    step is compared with it), its normalised result past 4 KiB as the head and tail that
+    shingling reads, a digest to compare results by, its sketch and content units packed.
+    """
+
+    __slots__ = (
+        "_arg_grams",
+        "_derive",
+        "_json",
+        "_nargs",
+        "_ngrams",
+        "_nkey",
+        "_norm",
+        "_shingles",
+        "_size",
+        "_sketch",
+        "_text",
+        "args",
+        "args_id",
+        "duplicate",
+        "effect",
+        "error",
+        "index",
+        "key",
+        "mark",
+        "nlen",
+        "probe",
+        "status",
+        "tool",
+        "unchanged",
+        "units",
+    )
+
+    def __init__(
+        self,
+        index: int,
+        tool: str,
+        key: str,  # tool + canonical arguments (ignore_fields removed; sha256 when long)
+        args_id: str,  # the canonical arguments when short, else their sha256
+        effect: str,
+        status: Status,
+        text: str | None = None,  # the result (or error) as text, for corrections
+        norm: str | None = None,  # normalised result text
+        error: str | None = None,  # error fingerprint
+        mark: Mark = "neutral",
+        args: str = "",  # the canonical arguments (cut), for correction texts
+        duplicate: bool = False,  # the result repeats one already in the window
+        unchanged: bool = False,  # the result equals that of the previous identical call
+        units: frozenset[int] | array[int] = _NO_UNITS,  # content units of a long result
+        probe: int = 0,  # a short result: hash of (tool, query shape, result)
+    ) -> None:
+        self.index, self.tool, self.key, self.args_id = index, tool, key, args_id
+        self.effect, self.status, self.error = effect, status, error
+        self.mark, self.args, self.duplicate, self.unchanged = mark, args, duplicate, unchanged
+        self.units, self.probe = units, probe
+        self._text, self._size = text, -1  # _size: the text's length once only its head is read
+        self._norm, self.nlen = norm, -1 if norm is None else len(norm)
+        self._derive: tuple[Normalizer, ...] | None = None  # norm = normalize(text, _derive)
+        # similarity sets, built lazily: the 5-gram sets live only while the step is judged
+        # (one set holds ~80 bytes per character of the result); a step in the window keeps
+        # its sketch as an array of 8-byte hashes
+        self._shingles: frozenset[str] | None = None
+        self._sketch: frozenset[int] | array[int] | None = None
+        self._arg_grams: frozenset[str] | None = None
+        self._ngrams = self._nargs = -1  # the sizes of those sets, once built: kept
+        self._json: str | None = None  # the step as stored in a session record (made once)
+        self._nkey: str | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"Observation(index={self.index!r}, tool={self.tool!r}, key={self.key!r}, "
+            f"status={self.status!r}, mark={self.mark!r}, duplicate={self.duplicate!r})"
+        )
+
+    @property
+    def text(self) -> str | None:
+        """The result (or error) as text; for a step in the window its first 1,500
+        characters (``_size`` is then the full length)."""
+        text = self._text
+        if text is not None and self._size >= 0 and len(text) > _TEXT_KEPT:
+            return text[:_TEXT_KEPT]
+        return text
+
+    @text.setter
+    def text(self, value: str | None) -> None:
+        self._norm = self.norm  # no longer rebuilt from the text
+        self._text, self._size, self._derive = value, -1, None
+
+    @property
+    def norm(self) -> str | None:
+        """The normalised result text (rebuilt from the text for a step in the window)."""
+        norm = self._norm
+        if norm is None and self._derive is not None:
+            norm = normalize(self._text or "", self._derive)
+        return norm
+
+    @norm.setter
+    def norm(self, value: str | None) -> None:
+        self._norm, self._derive, self._nkey = value, None, None
+        self.nlen = -1 if value is None else len(value)
 
     @property
     def nkey(self) -> str:
-        """What the normalised result is compared by: the text itself, or for a long one
-        (past what shingling keeps) its digest, so a stored step need not keep it whole."""
+        """What the normalised result is compared by: a short one itself, a longer one its
+        digest (a step in the window need not keep its normalised text)."""
         key = self._nkey
         if key is None:
             norm = self.norm or ""
-            key = norm if len(norm) <= _CAPPED else "\x00" + _sha(norm)[:32]
+            key = norm if len(norm) < SHORT else "\x00" + _sha(norm)[:32]
             self._nkey = key
         return key
-
-    @property
-    def nlen(self) -> int:
-        """The length of the normalised result."""
-        if self._nlen < 0:
-            self._nlen = len(self.norm or "")
-        return self._nlen
 
     @property
     def args_digest(self) -> str:
@@ -108,6 +178,7 @@ class Observation:
     def grams(self) -> frozenset[str]:
         if self._shingles is None:
             self._shingles = shingles(self.norm or "")
+            self._ngrams = len(self._shingles)
         return self._shingles
 
     def anchors(self, packed: bool = False) -> frozenset[int] | array[int]:
@@ -122,6 +193,7 @@ class Observation:
     def arg_grams(self) -> frozenset[str]:
         if self._arg_grams is None:
             self._arg_grams = shingles(self.args)
+            self._nargs = len(self._arg_grams)
         return self._arg_grams
 
     def _settle(self) -> None:
@@ -132,14 +204,25 @@ class Observation:
             self._sketch = array("q", self._sketch)
         if self.units:
             self.units = array("Q", self.units)
-        text = self.text
+        norm = self._norm
+        if norm is not None and self.nlen >= SHORT:
+            _ = self.nkey  # compared by digest from now on
+            if self._derive is None and len(norm) > _CAPPED:
+                # shingles and sketch read only the head and tail: keep those
+                self._norm = norm[: _CAPPED // 2] + "\x00" + norm[-_CAPPED // 2 :]
+        else:
+            self._derive = None  # a short one is kept: its own key
+        text = self._text
         if text is not None and len(text) > _TEXT_KEPT:
-            self._size, self.text = len(text), text[:_TEXT_KEPT]
-        norm = self.norm
-        if norm is not None and len(norm) > _CAPPED:
-            # shingles and sketch read only the head and tail: keep those, compare by digest
-            _ = self.nkey, self.nlen
-            self.norm = norm[: _CAPPED // 2] + "\x00" + norm[-_CAPPED // 2 :]
+            self._size = len(text)
+            if self._derive is None:  # the normalised result is kept: the head suffices
+                self._text = text[:_TEXT_KEPT]
+
+    def _compact(self) -> None:
+        """Drop a normalised result that the text rebuilds (done one step after
+        ``_settle``: a session record stores the last step with it)."""
+        if self._derive is not None:
+            self._norm = None
 
 
 class Detector(Protocol):
@@ -169,6 +252,7 @@ _verdict = tuple.__new__  # a Verdict from its full field tuple, without __new__
 class Monitor:
     __slots__ = (
         "_errors",
+        "_held",
         "_keys",
         "_last_of_key",
         "_last_value",
@@ -219,6 +303,7 @@ class Monitor:
         self._units: dict[int, int] = {}  # content units of the window's results -> count
         self._probes: dict[int, int] = {}  # (tool, query shape, short result) in the window
         self._page: Observation | None = None  # the window's last long result
+        self._held: list[Observation] = []  # window steps whose norm was rebuilt (_hold)
 
     def user_turn(self) -> None:
         """A new user request: repeat and no-progress counters start again."""
@@ -234,6 +319,7 @@ class Monitor:
         self._units.clear()
         self._probes.clear()
         self._page = None
+        self._held.clear()
         self.pushed += 1
 
     # -- before a call -------------------------------------------------------------
@@ -332,7 +418,7 @@ class Monitor:
             return self._decide(spec, step, signals, None, None, None, session_limit)
         # result signals
         prev = self._last_of_key.get(step.key)
-        if step.norm is not None:
+        if step.nlen >= 0:
             self._judge(step, prev, signals)
         if self.detectors:
             self._plugins(step, signals)
@@ -377,8 +463,8 @@ class Monitor:
     def _judge(self, step: Observation, prev: Observation | None, signals: dict[str, Any]) -> None:
         """Whether the result is new information (the weak progress rule): the target (the
         call) and the content are judged separately."""
-        step.unchanged = prev is not None and prev.norm is not None and self._near(step, prev)
-        same_call = prev is not None and prev.norm is not None and prev.nkey == step.nkey
+        step.unchanged = prev is not None and prev.nlen >= 0 and self._near(step, prev)
+        same_call = prev is not None and prev.nlen >= 0 and prev.nkey == step.nkey
         if step.nlen < SHORT:
             # a short answer ("No files found", "[]") to a new query is exploration: a
             # repeat only for the same query or a cosmetic variant of it (same words)
@@ -426,8 +512,12 @@ class Monitor:
         for o in reversed(self.window):
             if o.tool != step.tool or len(o.args) < SHORT:
                 continue
-            if jaccard(step.arg_grams(), o._arg_grams or shingles(o.args)) >= _ARGS_SIMILAR:
-                return True
+            mine = step.arg_grams()
+            if o._nargs < 0 or could_be_similar(len(mine), o._nargs, _ARGS_SIMILAR):
+                grams = o._arg_grams or shingles(o.args)
+                o._nargs = len(grams)  # next time, sets too unlike in size are not built
+                if jaccard(mine, grams) >= _ARGS_SIMILAR:
+                    return True
             tried += 1
             if tried >= _CANDIDATES:
                 break
@@ -476,7 +566,7 @@ class Monitor:
         self, spec: ToolSpec, step: Observation, prev: Observation | None, value: Any
     ) -> Mark:
         if spec.poll:
-            if prev is not None and prev.norm is not None and self._near(step, prev):
+            if prev is not None and prev.nlen >= 0 and self._near(step, prev):
                 return "waiting"
             return "progress"
         if spec.progress is not None and step.tool in self._last_value:
@@ -498,7 +588,7 @@ class Monitor:
             if (
                 prev is not None
                 and prev.effect == "write"
-                and prev.norm is not None
+                and prev.nlen >= 0
                 and self._near(step, prev)
             ):
                 return "no_progress"
@@ -532,7 +622,7 @@ class Monitor:
             return False
         tried = 0
         for o in reversed(self.window):
-            if o.tool != step.tool or o.norm is None:
+            if o.tool != step.tool or o.nlen < 0:
                 continue
             if self._near(step, o):
                 return True
@@ -549,11 +639,27 @@ class Monitor:
             return False
         if not could_be_similar(la, lb, self.threshold):
             return False
+        if b._sketch is None:
+            self._hold(b)
         sa, sb = a.anchors(), b.anchors(packed=True)
         if len(sa) >= SKETCH_MIN and len(sb) >= SKETCH_MIN and overlap(sa, sb) < SKETCH_FLOOR:
             return False  # clearly different: no exact comparison needed
+        grams = a.grams()
+        if b._ngrams >= 0 and not could_be_similar(len(grams), b._ngrams, self.threshold):
+            return False  # 5-gram sets this unlike in size cannot reach the threshold
         # b is in the window: its 5-grams are built again rather than kept (memory)
-        return jaccard(a.grams(), b._shingles or shingles(b.norm or "")) >= self.threshold
+        other = b._shingles or shingles(self._hold(b))
+        b._ngrams = len(other)
+        return jaccard(grams, other) >= self.threshold
+
+    def _hold(self, o: Observation) -> str:
+        """A window step's normalised result, rebuilt from its text if need be and then
+        kept until the step being judged joins the window (it may be compared again)."""
+        norm = o._norm
+        if norm is None:
+            norm = o._norm = o.norm or ""
+            self._held.append(o)
+        return norm
 
     def _push(self, step: Observation) -> None:
         window, keys, norms, last = self.window, self._keys, self._norms, self._last_of_key
@@ -566,7 +672,7 @@ class Monitor:
                 keys[old.key] = left
             else:
                 del keys[old.key]
-            if old.norm is not None:
+            if old.nlen >= 0:
                 nkey = old.nkey
                 left = norms[nkey] - 1
                 if left:
@@ -577,11 +683,16 @@ class Monitor:
                 _uncount(self._units, old.units)
                 if self._page is old:
                     self._page = None
+        if window:
+            window[-1]._compact()
+        for o in self._held:
+            o._compact()
+        self._held.clear()
         step._settle()
         window.append(step)
         keys[step.key] = keys.get(step.key, 0) + 1
         self.pushed += 1
-        if step.norm is not None:
+        if step.nlen >= 0:
             nkey = step.nkey
             norms[nkey] = norms.get(nkey, 0) + 1
             probes, units = self._probes, self._units
@@ -633,7 +744,7 @@ class Monitor:
             step = _load_step(item)
             self.window.append(step)
             self._keys[step.key] = self._keys.get(step.key, 0) + 1
-            if step.norm is not None:
+            if step.nlen >= 0:
                 self._norms[step.nkey] = self._norms.get(step.nkey, 0) + 1
                 if step.probe:
                     self._probes[step.probe] = self._probes.get(step.probe, 0) + 1
@@ -687,14 +798,20 @@ class Monitor:
     ) -> Observation:
         """A step to pass to ``after()``; stored texts are capped so memory stays bounded."""
         norm = None
-        units: frozenset[int] = frozenset()
+        units = _NO_UNITS
         probe = 0
+        derive = None
         if text is not None and error is None and status not in (CACHED, CORRECTED):
             try:
                 applied = apply(text, self.normalizers)
+                if len(text) <= _CAPPED:  # the window keeps the text whole: it rebuilds norm
+                    # with the normalisers only if they changed it (most results: no ids)
+                    derive = () if applied == text else self.normalizers
             except Exception:  # a normaliser that fails: judge the text as it is
                 applied = text
             norm = " ".join(applied.split())
+            if norm == text:
+                norm = text  # one string for both
             if len(norm) < SHORT:
                 probe = stable_hash(f"{tool}\x1f{query_shape(args)}\x1f{norm}") or 1
             else:
@@ -707,7 +824,7 @@ class Monitor:
             text = text[:_KEEP]
         if len(args) > 300:
             args = args[:300] + "..."
-        return Observation(
+        step = Observation(
             index,
             tool,
             key,
@@ -722,9 +839,10 @@ class Monitor:
             units=units,
             probe=probe,
         )
+        step._derive = derive
+        return step
 
 
-_TEXT_KEPT = 1500  # characters of a stored step's text: what a correction quotes of it
 _VALUE_KEPT = 4096  # a last result kept for progress= and progress_fields up to this size
 _STATUS = {s.value: s for s in (CACHED, CORRECTED, ERROR, EXECUTED, FALLBACK, REPLAYED, UNKNOWN)}
 
@@ -734,7 +852,7 @@ def _dump_step(o: Observation) -> str:
     if norm is not None and len(norm) > _CAPPED:
         # shingles and sketch read only the head and tail: keep those, compare by digest
         norm = norm[: _CAPPED // 2] + "\x00" + norm[-_CAPPED // 2 :]
-    text = o.text
+    text = o._text
     size = -1 if text is None else max(len(text), o._size)
     fields = [
         o.index,
@@ -746,7 +864,7 @@ def _dump_step(o: Observation) -> str:
         None if text is None else text[:_TEXT_KEPT],
         size,
         norm,
-        None if o.norm is None or norm is o.norm else o.nkey,
+        o.nkey if o.nlen > _CAPPED else None,  # a shorter one is its own excerpt
         o.nlen,
         o.error,
         o.mark,
@@ -787,7 +905,7 @@ def _load_step(item: Sequence[Any]) -> Observation:
     step.units, step.probe = units, probe
     if nkey is not None:
         step._nkey = nkey
-    step._nlen = nlen
+    step.nlen = nlen
     return step
 
 

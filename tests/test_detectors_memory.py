@@ -1,0 +1,208 @@
+"""What a judged step keeps in the window: its text once, not its normalised form as well;
+what a plug-in and a session record read of it is unchanged."""
+
+from __future__ import annotations
+
+import gc
+import random
+import tracemalloc
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+
+import headway
+from headway._spec import make_spec
+from headway.detectors import Monitor, Observation
+from headway.similarity import DEFAULT_NORMALIZERS, normalize
+
+SPEC = make_spec("read_file", lambda **_: None, effect="read")
+WORDS = ["alpha", "gamma", "kilo", "lima", "mike", "oscar", "romeo", "sierra", "tango"]
+
+
+def page(seed: int, edit: int, lines: int = 40) -> str:
+    """A source file of ~2 KB (uuids and times that the normalisers strip) after ``edit``
+    one-line edits."""
+    rng = random.Random(seed)
+    body = [f"# file {seed} at 2026-12-01T10:00:{edit % 60:02d}Z"]
+    for i in range(lines):
+        body.append("    " * (i % 3) + " ".join(rng.choice(WORDS) for _ in range(6)) + f"  # {i}")
+    body[lines // 2] = f"    edited = {edit}"
+    return "\n".join(body)
+
+
+def feed(m: Monitor, index: int, key: str, text: str) -> headway.Status:
+    obs = m.observation(index, "read_file", key, key, "read", headway.Status.EXECUTED, text)
+    m.after(SPEC, obs, text, float(index), 10**6)
+    return obs.status
+
+
+def test_a_window_step_keeps_its_text_and_not_its_normalised_form_as_well() -> None:
+    """Re-reads of edited 2 KB files, each compared with the read before it (its
+    normalised form rebuilt from its text): the window holds about one text per step."""
+    texts = [page(i % 4, i // 4) for i in range(96)]  # made first: the tool's, not ours
+    m = Monitor(limit=10**6, window=32, normalizers=DEFAULT_NORMALIZERS)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        for i, text in enumerate(texts):
+            feed(m, i, f"read_file:{i % 4}", text)
+        texts = texts[-1:]  # the tool's results are gone: what is left is the window's
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+    per_step = held / 32
+    size = len(texts[0])
+    # a text (~2 KB) plus its sketch, units and counters; with its normalised form kept
+    # as well it held ~2 KB more
+    assert per_step < 1.6 * size, f"{per_step:.0f} bytes a step for {size}-character results"
+
+
+class Seen:
+    """A plug-in that records what it reads of the window."""
+
+    name = "seen"
+
+    def __init__(self) -> None:
+        self.texts: dict[int, str | None] = {}
+        self.norms: dict[int, str | None] = {}
+
+    def observe(self, step: Observation, window: Sequence[Observation]) -> Mapping[str, Any] | None:
+        for o in window:
+            self.texts[o.index], self.norms[o.index] = o.text, o.norm
+        return None
+
+
+def test_a_plug_in_reads_a_window_step_s_text_head_and_normalised_text() -> None:
+    """As when the window kept both: the first 1,500 characters of the text, and the
+    normalised result (past 4 KiB, the head and tail that shingling reads)."""
+    seen = Seen()
+    m = Monitor(limit=10**6, window=8, normalizers=DEFAULT_NORMALIZERS, detectors=[seen])
+    long = page(9, 1, lines=120)  # ~6 KB
+    texts = [page(1, 0), "short answer", long, page(2, 0), page(3, 0), page(4, 0)]
+    for i, text in enumerate(texts):
+        feed(m, i, f"read_file:{i}", text)
+    for i, text in enumerate(texts[:-1]):  # the last one is the step being judged
+        assert seen.texts[i] == text[:1500]
+        norm = normalize(text, DEFAULT_NORMALIZERS)
+        if len(norm) > 4096:
+            norm = norm[:2048] + "\x00" + norm[-2048:]
+        assert seen.norms[i] == norm, i
+    assert "#" in (seen.norms[0] or "")  # the normalisers ran: the timestamp is a placeholder
+
+
+def test_a_normaliser_that_failed_on_a_result_is_not_run_again_on_it() -> None:
+    """The normalised form judged is the one kept (a normaliser can fail on one call only)."""
+    calls = {"n": 0}
+
+    def flaky(text: str) -> str:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise ValueError("first call fails")
+        return text.replace("alpha", "ALPHA")
+
+    seen = Seen()
+    m = Monitor(limit=10**6, window=8, normalizers=[flaky], detectors=[seen])
+    texts = [page(1, 0), page(2, 0), page(3, 0)]
+    for i, text in enumerate(texts):
+        feed(m, i, f"read_file:{i}", text)
+    assert seen.norms[0] == " ".join(texts[0].split())  # judged as it was
+    assert seen.norms[1] == " ".join(texts[1].replace("alpha", "ALPHA").split())
+
+
+def test_a_session_record_stores_a_step_s_normalised_text_whole_up_to_4_kib() -> None:
+    """The record's form is unchanged: the normalised text (rebuilt for a step that no
+    longer keeps it) and no digest for a result under 4 KiB, the text's head and length."""
+    m = Monitor(limit=10**6, window=8, normalizers=DEFAULT_NORMALIZERS)
+    texts = [page(1, 0), page(2, 0), page(3, 0)]
+    for i, text in enumerate(texts):
+        feed(m, i, f"read_file:{i}", text)
+    steps = orjson.loads(orjson.dumps(m.snapshot()))["w"]
+    for item, text in zip(steps, texts, strict=True):
+        assert item[6] == text[:1500] and item[7] == len(text)
+        assert item[8] == normalize(text, DEFAULT_NORMALIZERS)
+        assert item[9] is None  # compared by the text itself
+        assert item[10] == len(item[8])
+
+
+def test_an_edited_file_read_again_is_a_near_duplicate_of_the_earlier_read() -> None:
+    """The earlier read is no longer the window's last step: its normalised text, rebuilt
+    from its text, is what the 5-gram comparison reads."""
+    m = Monitor(limit=10**6, window=32, normalizers=DEFAULT_NORMALIZERS)
+    feed(m, 0, "read_file:a", page(1, 0))
+    feed(m, 1, "read_file:b", page(2, 0))
+    feed(m, 2, "read_file:c", page(3, 0))
+    obs = m.observation(
+        3, "read_file", "read_file:a", "a", "read", headway.Status.EXECUTED, page(1, 1)
+    )
+    v = m.after(SPEC, obs, None, 3.0, 10**6)
+    assert v.signals.get("near_duplicate") is True and v.mark == "no_progress"
+    other = page(7, 0)  # another file: not near the earlier read
+    obs = m.observation(4, "read_file", "read_file:b", "b", "read", headway.Status.EXECUTED, other)
+    assert m.after(SPEC, obs, None, 4.0, 10**6).mark == "progress"
+
+
+def test_the_same_long_result_for_other_arguments_is_the_same_result() -> None:
+    m = Monitor(limit=10**6, window=32, normalizers=DEFAULT_NORMALIZERS)
+    feed(m, 0, "read_file:a", page(1, 0))
+    feed(m, 1, "read_file:b", page(2, 0))
+    again = page(1, 0).replace("10:00:00", "11:11:11")  # a timestamp the normaliser strips
+    obs = m.observation(2, "read_file", "read_file:c", "c", "read", headway.Status.EXECUTED, again)
+    v = m.after(SPEC, obs, None, 2.0, 10**6)
+    assert v.signals.get("same_result") is True and v.mark == "no_progress"
+
+
+def test_setting_a_step_s_text_or_norm_keeps_them_consistent() -> None:
+    m = Monitor(limit=10**6, window=8, normalizers=DEFAULT_NORMALIZERS)
+    obs = m.observation(0, "t", "t:a", "a", "read", headway.Status.EXECUTED, page(1, 0))
+    norm = obs.norm
+    obs.text = "replaced"
+    assert obs.text == "replaced" and obs.norm == norm  # the norm judged stays
+    obs.norm = "x" * 100
+    assert obs.norm == "x" * 100 and obs.nlen == 100 and obs.nkey.startswith("\x00")
+    obs.norm = "tiny"
+    assert obs.nkey == "tiny" and obs.nlen == 4
+
+
+def test_a_normaliser_that_changes_nothing_runs_once_per_result() -> None:
+    """A window step whose text the normalisers left as it was is compared again from its
+    text with whitespace collapsed: the normalisers do not run on it again."""
+    calls: list[str] = []
+
+    def counting(text: str) -> str:
+        calls.append(text)
+        return text
+
+    m = Monitor(limit=10**6, window=32, normalizers=[counting])
+    texts = [page(i % 3, i // 3).replace("2026-", "year ") for i in range(12)]
+    for i, text in enumerate(texts):
+        feed(m, i, f"read_file:{i % 3}", text)  # each re-read compared with the last read
+    assert calls == texts
+
+
+def test_a_request_reissued_in_new_words_is_compared_with_one_compared_before() -> None:
+    """The earlier request's arguments were compared once already (their 5-gram count is
+    known); similar in size, they are compared again: the page it brings back is no news."""
+    m = Monitor(limit=10**6, window=32, normalizers=DEFAULT_NORMALIZERS)
+    calls = [
+        ("list every open issue about the release of the mobile app for android", page(5, 0)),
+        (
+            "please search the repository for the function that parses configuration files",
+            page(1, 0),
+        ),
+        (
+            "please search the repository for the function which parses configuration file",
+            page(1, 1),
+        ),
+    ]
+    marks = []
+    for i, (args, text) in enumerate(calls):
+        key = f"search:{args}"
+        obs = m.observation(
+            i, "search", key, args, "read", headway.Status.EXECUTED, text, None, args
+        )
+        v = m.after(SPEC, obs, None, float(i), 10**6)
+        marks.append((v.mark, v.signals.get("near_duplicate")))
+    assert marks == [("progress", None), ("progress", None), ("no_progress", True)]
