@@ -178,7 +178,8 @@ def _audit_sink(audit: str | None, store_url: str) -> AuditSink:
     if audit is not None and audit.endswith(".jsonl"):
         return JSONLSink(audit)
     path = audit or sqlite_path(store_url) or "headway.db"
-    return SQLiteAuditSink(sqlite_path(path) or path)
+    # written by a thread of its own: a call's answer does not wait for SQLite's commit
+    return SQLiteAuditSink(sqlite_path(path) or path, background=True)
 
 
 def _host_port(value: str) -> tuple[str, int]:
@@ -251,4 +252,8 @@ def run(args: argparse.Namespace) -> int:
         pass
     finally:
         gov.close()
+        for sink in gov.sinks:  # the audit trail's last records are written now
+            close = getattr(sink, "close", None)
+            if close is not None:
+                close()
     return 0
