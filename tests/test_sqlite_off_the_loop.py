@@ -219,7 +219,8 @@ def test_a_closed_background_sink_refuses_records_and_bad_bounds_are_refused(
     sink.close()
     with pytest.raises(ValueError, match="closed"):
         sink.write({"session": "s"})
-    for bad in (0, -1, 1.5, True):
+    bad_bounds: tuple[Any, ...] = (0, -1, 1.5, True)
+    for bad in bad_bounds:
         with pytest.raises(ValueError, match="max_queued"):
             SQLiteAuditSink(tmp_path / "b.db", background=True, max_queued=bad)
 
