@@ -261,3 +261,18 @@ async def test_a_store_file_locked_by_another_process_does_not_stop_the_relay(
     async with asyncio.timeout(BOUND_S):
         assert await client.proc.wait() == 0
     assert audit_steps(db) == [0, 1]
+
+
+def test_the_stdio_relay_loads_no_mcp_library() -> None:
+    """The relay and the command that starts it import neither FastMCP nor the MCP SDK
+    (nor pydantic): a smaller process that starts sooner."""
+    import subprocess
+
+    script = (
+        "import sys, headway._mcp_relay, headway._proxy_cli\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'fastmcp', 'mcp', 'mcp_types', 'pydantic'}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=child_env(), capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]"

@@ -28,8 +28,8 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ._mcp_calls import answer_json, declare, error_json, govern, is_ask, not_final
 from ._session import Governor
-from .mcp_proxy import answer_json, declare, error_json, govern, is_ask, not_final
 from .outcome import Outcome
 
 LINE_LIMIT = 2**26  # asyncio's default (64 KiB) is smaller than many tool results

@@ -17,6 +17,7 @@ import functools
 import json
 import logging
 import os
+import queue
 import sqlite3
 import threading
 import weakref
@@ -476,62 +477,59 @@ def _insert(
 
 class _Batches:
     """Records queued by callers, written by one daemon thread: what queued up while it
-    wrote a batch is the next batch."""
+    wrote a batch is the next batch. A flush is a marker in the queue, set once what was
+    queued before it is written."""
 
     def __init__(self, write: Callable[[list[Mapping[str, Any]]], None], limit: int) -> None:
         self._write = write
         self._limit = limit
-        self._cond = threading.Condition(threading.Lock())
-        self._queue: list[Mapping[str, Any]] = []
-        self._queued = self._written = 0  # records so far (written: or failed)
-        self._idle = False  # the thread waits for a record
+        # a C queue: a put is one call, and wakes the thread without Python code
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._closed = False
-        self._thread: threading.Thread | None = None
+        self._thread = threading.Thread(target=self._work, name="headway-audit")
+        self._thread.daemon = True  # the exit writes what is queued (weakref.finalize)
+        self._thread.start()
 
     def put(self, record: Mapping[str, Any]) -> None:
-        with self._cond:
-            while len(self._queue) >= self._limit and not self._closed:
-                self._cond.wait()  # bounded: wait for the thread to take a batch
-            if self._closed:
-                raise ValueError("the audit sink is closed")
-            self._queue.append(record)
-            self._queued += 1
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._work, name="headway-audit")
-                self._thread.daemon = True  # the exit writes what is queued (weakref.finalize)
-                self._thread.start()
-            elif self._idle:
-                self._idle = False
-                self._cond.notify_all()
+        if self._closed:
+            raise ValueError("the audit sink is closed")
+        if self._queue.qsize() >= self._limit:  # bounded: wait for the thread to catch up
+            self.flush()
+        self._queue.put(record)
 
     def _work(self) -> None:
         while True:
-            with self._cond:
-                while not self._queue and not self._closed:
-                    self._idle = True
-                    self._cond.wait()
-                self._idle = False
-                batch, self._queue = self._queue, []
-                if not batch:
-                    return  # closed, and all written
-                self._cond.notify_all()  # callers waiting for room
-            try:
+            batch: list[Mapping[str, Any]] = []
+            marks: list[threading.Event] = []
+            item = self._queue.get()
+            while True:
+                if type(item) is threading.Event:
+                    marks.append(item)
+                elif item is not _CLOSE:
+                    batch.append(item)
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+            if batch:
                 self._write(batch)
-            finally:
-                with self._cond:
-                    self._written += len(batch)
-                    self._cond.notify_all()
+            for mark in marks:
+                mark.set()
+            if self._closed and self._queue.empty():
+                return
 
     def flush(self) -> None:
-        with self._cond:
-            target = self._queued
-            while self._written < target and self._thread is not None and self._thread.is_alive():
-                self._cond.wait(0.1)
+        mark = threading.Event()
+        self._queue.put(mark)
+        while not mark.wait(0.1):
+            if not self._thread.is_alive():
+                return
 
     def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join()
+        self._closed = True
+        self._queue.put(_CLOSE)
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+
+
+_CLOSE = object()  # wakes the thread to see that the sink is closed
