@@ -276,3 +276,24 @@ def test_the_stdio_relay_loads_no_mcp_library() -> None:
         [sys.executable, "-c", script], env=child_env(), capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_an_upstream_is_unreachable_after_a_closed_mcp_connection_or_an_os_error() -> None:
+    """What ``govern`` retries as the upstream's crash: an OSError, or the MCP library's
+    "connection closed" error (looked up only once that library is loaded), a few
+    errors deep in the chain; another MCP error is the upstream's answer."""
+    from mcp.shared.exceptions import MCPError
+    from mcp_types import CONNECTION_CLOSED
+
+    from headway._mcp_calls import _unreachable
+
+    def chained(inner: BaseException) -> RuntimeError:
+        try:
+            raise RuntimeError("wrapped") from inner
+        except RuntimeError as exc:
+            return exc
+
+    assert _unreachable(chained(MCPError(CONNECTION_CLOSED, "connection closed")))
+    assert _unreachable(chained(BrokenPipeError()))
+    assert not _unreachable(MCPError(-32602, "invalid params"))
+    assert not _unreachable(ValueError("bad"))
