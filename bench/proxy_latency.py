@@ -1,6 +1,6 @@
 """Per-call latency of ``headway proxy`` over stdio, against a direct client->server call.
 
-    python bench/proxy_latency.py [--calls 300]
+    python bench/proxy_latency.py [--calls 300] [--base SRC]
 
 Paths to the same upstream (tests/mcp_upstream.py, its ``echo`` tool, a new argument on
 every call so nothing is cached and every call reaches the upstream), taking turns call by
@@ -11,6 +11,8 @@ call:
 - byte relay: client -> lines passed on, nothing parsed (the floor of a hop in Python)
 - headway proxy: client -> ``headway proxy`` (SQLite store and audit, the defaults) -> upstream
 - headway, memory: the same with ``--store memory://`` and a JSONL audit
+- headway, base (with ``--base SRC``): the defaults again, with the headway package of
+  another checkout's ``src`` (say ``/work/main/src``), for a before/after in one run
 
 Prints the median and p90 of each, the added latency and the ratio to the direct call,
 headway's share over the byte relay, and headway's decision work alone, in process.
@@ -44,7 +46,7 @@ ENV = {
 
 
 async def measure(
-    commands: dict[str, list[str]], calls: int, cwd: str
+    commands: dict[str, list[str]], calls: int, cwd: str, envs: dict[str, dict[str, str]]
 ) -> tuple[dict[str, list[float]], dict[str, float]]:
     """Per-call times of each path, and the CPU seconds per call of the process the client
     talks to (the proxy; for the direct path, the upstream). The paths take turns call by
@@ -53,7 +55,8 @@ async def measure(
     async with contextlib.AsyncExitStack() as stack:
         clients = {}
         for name, command in commands.items():
-            transport = StdioTransport(command=command[0], args=command[1:], cwd=cwd, env=ENV)
+            env = envs.get(name, ENV)
+            transport = StdioTransport(command=command[0], args=command[1:], cwd=cwd, env=env)
             clients[name] = await stack.enter_async_context(Client(transport, timeout=60))
         for i in range(20):  # warm up: imports, first connections, SQLite pages
             for client in clients.values():
@@ -96,16 +99,15 @@ async def governance(store: str | None, calls: int, upstream: list[str] | None) 
     work alone, nothing else running); else a real JSON-RPC round trip to the upstream
     process (the same work beside the process it waits for, as in the proxy)."""
     import headway
+    from headway._mcp_calls import answer_json, govern
     from headway.audit import JSONLSink, SQLiteAuditSink
-    from headway.mcp_proxy import answer_json, govern
 
     if store is None or store.endswith(".jsonl"):  # the memory path's audit, as in the proxy
         gov = headway.Governor(audit=[JSONLSink(store)] if store else [])
     else:
         # as the stdio proxy: its session is the process's own, kept out of the store
-        gov = headway.Governor(
-            headway.SQLiteStore(store), audit=[SQLiteAuditSink(store)], share_sessions=False
-        )
+        audit = SQLiteAuditSink(store, background=True)  # as the proxy's
+        gov = headway.Governor(headway.SQLiteStore(store), audit=[audit], share_sessions=False)
     session = gov.session("bench")
     rpc = await _raw_client(upstream) if upstream else None
     times: list[float] = []
@@ -129,6 +131,8 @@ async def governance(store: str | None, calls: int, upstream: list[str] | None) 
         answer_json(out, None, session.id)
         times.append(time.perf_counter() - start - spent[0])
     gov.close()
+    for sink in gov.sinks:
+        getattr(sink, "close", lambda: None)()
     return times[20:]
 
 
@@ -190,6 +194,7 @@ def plain_proxy(upstream: list[str]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--base", metavar="SRC", help="also time the proxy of another src")
     parser.add_argument("--plain-proxy", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--byte-relay", action="store_true", help=argparse.SUPPRESS)
     args, rest = parser.parse_known_args()
@@ -211,7 +216,15 @@ def main() -> None:
                 *["--audit", str(Path(tmp) / "audit.jsonl"), "--", *upstream],
             ],
         }
-        times, cpu = asyncio.run(measure(paths, args.calls, tmp))
+        envs = {}
+        if args.base:  # its own file (the same defaults): the two proxies share no lock
+            base_db = f"sqlite:///{Path(tmp) / 'base.db'}"
+            paths["headway, base"] = [
+                *[sys.executable, "-m", "headway.cli", "proxy", "--store", base_db],
+                *["--", *upstream],
+            ]
+            envs["headway, base"] = {**os.environ, "PYTHONPATH": args.base}
+        times, cpu = asyncio.run(measure(paths, args.calls, tmp, envs))
         db, trail = str(Path(tmp) / "g.db"), str(Path(tmp) / "g.jsonl")
         inside = {
             "memory store, no audit": asyncio.run(governance(None, args.calls, None)),
@@ -235,10 +248,20 @@ def main() -> None:
     print("  (CPU: per call, of the process the client talks to: the proxy, or the upstream)")
     direct = medians["direct"]
     print(f"  target: headway adds under {max(1.0, direct * 100):.3f} ms (1 ms or 10% of direct)")
-    for name in ("fastmcp proxy", "byte relay", "headway proxy", "headway, memory"):
+    for name in (
+        "fastmcp proxy",
+        "byte relay",
+        "headway proxy",
+        "headway, memory",
+        "headway, base",
+    ):
+        if name not in medians:
+            continue
         added = medians[name] - direct
         print(f"  {name}: {added * 1000:+.3f} ms per call, {medians[name] / direct:.2f}x direct")
-    for name in ("headway proxy", "headway, memory"):
+    for name in ("headway proxy", "headway, memory", "headway, base"):
+        if name not in medians:
+            continue
         own = medians[name] - medians["byte relay"]
         print(f"  {name} - byte relay (headway's own share): {own * 1000:+.3f} ms")
     for name, t in inside.items():

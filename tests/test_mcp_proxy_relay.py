@@ -8,7 +8,11 @@ Real proxy processes, a real upstream, real MCP clients.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
+import signal
+import sqlite3
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,6 +31,7 @@ except ImportError:
 
 # after the check above: without fastmcp this module skips with the extra to install
 from test_mcp_proxy import BOUND_S, UPSTREAM, child_env, status, text  # noqa: E402
+from test_sqlite_off_the_loop import locked  # noqa: E402
 
 
 def relay_client(
@@ -114,8 +119,6 @@ async def test_the_relay_in_process_passes_the_handshake_and_governs_each_tools_
     the handshake and tools/list pass through as the upstream answered them, a closed-world
     read runs once and its third repeat is a correction, and a malformed tools/call is a
     JSON-RPC error naming what is missing."""
-    import json
-
     import headway
     from headway._mcp_relay import Relay
 
@@ -164,3 +167,133 @@ async def test_the_relay_in_process_passes_the_handshake_and_governs_each_tools_
     assert "identical arguments" in reads[2]["result"]["content"][0]["text"]
     assert (tmp_path / "upstream.log").read_text().count("lookup\t") == 1
     assert "needs a name" in malformed["error"]["message"]
+
+
+class RawClient:
+    """JSON-RPC lines to a ``headway proxy`` process over its stdio, after the handshake."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self._ids = iter(range(1, 10**6))
+
+    @classmethod
+    async def start(cls, tmp_path: Path, *options: str) -> RawClient:
+        proc = await asyncio.create_subprocess_exec(
+            *[sys.executable, "-m", "headway.cli", "proxy", *options],
+            *["--", *upstream(tmp_path)],
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+            cwd=tmp_path,
+            env=child_env(),
+        )
+        client = cls(proc)
+        hello = {"protocolVersion": "2025-06-18", "capabilities": {}}
+        await client.ask("initialize", {**hello, "clientInfo": {"name": "raw", "version": "1"}})
+        await client.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        return client
+
+    async def send(self, message: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(message).encode() + b"\n")
+        await self.proc.stdin.drain()
+
+    async def ask(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        return await self.answer(await self.request(method, params))
+
+    async def request(self, method: str, params: dict[str, Any]) -> int:
+        rid = next(self._ids)
+        await self.send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+        return rid
+
+    async def answer(self, rid: int) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        async with asyncio.timeout(BOUND_S):
+            while True:
+                message = json.loads(await self.proc.stdout.readline())
+                if message.get("id") == rid:
+                    return dict(message)
+
+
+def audit_steps(db: Path) -> list[int]:
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        return [r[0] for r in conn.execute("SELECT step FROM headway_audit ORDER BY id")]
+
+
+async def test_calls_are_answered_while_the_audit_file_is_locked_and_sigterm_writes_it_out(
+    tmp_path: Path,
+) -> None:
+    """Another process holds the audit file's lock: the calls are answered all the same
+    (the trail is written by a thread of its own), and a SIGTERM ends the proxy as a
+    closed stdin does: the trail is written out once the lock is free, nothing lost."""
+    trail = tmp_path / "trail.db"
+    client = await RawClient.start(tmp_path, "--store", "sqlite:///h.db", "--audit", str(trail))
+    await client.ask("tools/call", {"name": "echo", "arguments": {"text": "warm"}})
+    with locked(trail):
+        answers = [
+            await client.ask("tools/call", {"name": "echo", "arguments": {"text": f"t{i}"}})
+            for i in range(3)
+        ]
+        client.proc.send_signal(signal.SIGTERM)
+        await asyncio.sleep(0.3)  # the proxy waits for the lock to write its last records
+    async with asyncio.timeout(BOUND_S):
+        assert await client.proc.wait() == 0  # a clean exit, not death by the signal
+    assert [a["result"]["content"][0]["text"] for a in answers] == ["t0", "t1", "t2"]
+    assert audit_steps(trail) == [0, 1, 2, 3]
+
+
+async def test_a_store_file_locked_by_another_process_does_not_stop_the_relay(
+    tmp_path: Path,
+) -> None:
+    """The SQLite store's file is locked by another process: the call that must write
+    waits for the lock in a thread, and the relay serves other requests meanwhile."""
+    db = tmp_path / "h.db"
+    client = await RawClient.start(tmp_path, "--store", f"sqlite:///{db}")
+    await client.ask("tools/call", {"name": "echo", "arguments": {"text": "warm"}})
+    with locked(db):
+        call = await client.request("tools/call", {"name": "echo", "arguments": {"text": "x"}})
+        pong = await client.ask("ping", {})  # answered while the call waits for the lock
+        assert pong["result"] == {}
+    answer = await client.answer(call)
+    assert answer["result"]["content"][0]["text"] == "x"
+    assert client.proc.stdin is not None
+    client.proc.stdin.close()
+    async with asyncio.timeout(BOUND_S):
+        assert await client.proc.wait() == 0
+    assert audit_steps(db) == [0, 1]
+
+
+def test_the_stdio_relay_loads_no_mcp_library() -> None:
+    """The relay and the command that starts it import neither FastMCP nor the MCP SDK
+    (nor pydantic): a smaller process that starts sooner."""
+    import subprocess
+
+    script = (
+        "import sys, headway._mcp_relay, headway._proxy_cli\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'fastmcp', 'mcp', 'mcp_types', 'pydantic'}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=child_env(), capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]"
+
+
+def test_an_upstream_is_unreachable_after_a_closed_mcp_connection_or_an_os_error() -> None:
+    """What ``govern`` retries as the upstream's crash: an OSError, or the MCP library's
+    "connection closed" error (looked up only once that library is loaded), a few
+    errors deep in the chain; another MCP error is the upstream's answer."""
+    from mcp.shared.exceptions import MCPError
+    from mcp_types import CONNECTION_CLOSED
+
+    from headway._mcp_calls import _unreachable
+
+    def chained(inner: BaseException) -> RuntimeError:
+        try:
+            raise RuntimeError("wrapped") from inner
+        except RuntimeError as exc:
+            return exc
+
+    assert _unreachable(chained(MCPError(CONNECTION_CLOSED, "connection closed")))
+    assert _unreachable(chained(BrokenPipeError()))
+    assert not _unreachable(MCPError(-32602, "invalid params"))
+    assert not _unreachable(ValueError("bad"))

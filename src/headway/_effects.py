@@ -293,6 +293,16 @@ def _resolve(ended: asyncio.Future[bool], in_time: bool) -> None:
         ended.set_result(in_time)
 
 
+async def _blocking(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    """A blocking call in a thread, unless the object it is a method of runs it at once:
+    its ``inline(fn, args)``, which raises BlockingIOError when it would have to wait."""
+    inline = getattr(getattr(fn, "__self__", None), "inline", None)
+    if inline is not None:
+        with contextlib.suppress(BlockingIOError):
+            return inline(fn, args)
+    return await asyncio.to_thread(fn, *args)
+
+
 async def drive_async(plan: Plan[T], sleep: Callable[[float], Any] = asyncio.sleep) -> T:
     send: Any = None
     error: BaseException | None = None
@@ -307,7 +317,7 @@ async def drive_async(plan: Plan[T], sleep: Callable[[float], Any] = asyncio.sle
                 if inspect.iscoroutinefunction(effect.fn):
                     send = await effect.fn(*effect.args)
                 elif effect.blocking:
-                    send = await asyncio.to_thread(effect.fn, *effect.args)
+                    send = await _blocking(effect.fn, effect.args)
                 else:
                     send = effect.fn(*effect.args)
             elif isinstance(effect, Attempt):

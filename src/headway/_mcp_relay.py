@@ -22,13 +22,14 @@ import gc
 import itertools
 import json
 import os
+import signal
 import sys
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ._mcp_calls import answer_json, declare, error_json, govern, is_ask, not_final
 from ._session import Governor
-from .mcp_proxy import answer_json, declare, error_json, govern, is_ask, not_final
 from .outcome import Outcome
 
 LINE_LIMIT = 2**26  # asyncio's default (64 KiB) is smaller than many tool results
@@ -192,12 +193,18 @@ class Relay:
         gc.freeze()
         loop = asyncio.get_running_loop()
         stdin = asyncio.StreamReader(limit=LINE_LIMIT)
-        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdin), sys.stdin)
+        reading, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(stdin), sys.stdin
+        )
+        # a client that ends the proxy with SIGTERM ends it as closing its stdin does: the
+        # calls in flight are cancelled, the upstream closed and the audit trail written out
+        loop.add_signal_handler(signal.SIGTERM, reading.close)
         try:
             while line := await stdin.readline():
                 if line.strip():
                     await self.from_client(line)
         finally:
+            loop.remove_signal_handler(signal.SIGTERM)
             for task in self._calls.values():
                 task.cancel()
             await self.upstream.close()

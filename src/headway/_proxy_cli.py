@@ -178,7 +178,8 @@ def _audit_sink(audit: str | None, store_url: str) -> AuditSink:
     if audit is not None and audit.endswith(".jsonl"):
         return JSONLSink(audit)
     path = audit or sqlite_path(store_url) or "headway.db"
-    return SQLiteAuditSink(sqlite_path(path) or path)
+    # written by a thread of its own: a call's answer does not wait for SQLite's commit
+    return SQLiteAuditSink(sqlite_path(path) or path, background=True)
 
 
 def _host_port(value: str) -> tuple[str, int]:
@@ -218,24 +219,28 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"headway proxy: {exc}", file=sys.stderr)
         return 2
-    from .integrations._common import require
+    from ._mcp_calls import new_stdio_session, note
 
-    require("fastmcp", "mcp")
-    from . import mcp_proxy
+    session = None if http else new_stdio_session()
+    # stdio to stdio: the light relay (one persistent upstream, lines passed on), which
+    # loads no MCP library; not on Windows, whose event loop cannot read a pipe on stdin
+    relay = http is None and bool(command) and sys.platform != "win32"
+    if not relay:
+        from .integrations._common import require
 
-    session = None if http else mcp_proxy.new_stdio_session()
+        require("fastmcp", "mcp")
     where = f"http://{http[0]}:{http[1]}/mcp" if http else f"stdio, session {session}"
     if http and registry is not None:
         where += f", metrics at http://{http[0]}:{http[1]}/metrics"
-    mcp_proxy.note(f"serving {where}; upstream {' '.join(command) or args.upstream}")
+    note(f"serving {where}; upstream {' '.join(command) or args.upstream}")
     try:
-        if http is None and command and session is not None and sys.platform != "win32":
-            # stdio to stdio: the light relay (one persistent upstream, lines passed on);
-            # not on Windows, whose event loop cannot read a pipe on stdin
+        if relay and session is not None:
             from ._mcp_relay import serve
 
             asyncio.run(serve(gov, command, session))
             return 0
+        from . import mcp_proxy
+
         server = mcp_proxy.build(
             gov, command or args.upstream, session_id=session, metrics=registry
         )
@@ -251,4 +256,8 @@ def run(args: argparse.Namespace) -> int:
         pass
     finally:
         gov.close()
+        for sink in gov.sinks:  # the audit trail's last records are written now
+            close = getattr(sink, "close", None)
+            if close is not None:
+                close()
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import StoreError
@@ -21,7 +22,11 @@ CREATE TABLE IF NOT EXISTS headway_kv (
 
 class SQLiteStore:
     """Every operation is one statement (atomic); ``add`` is an upsert that only replaces a
-    row whose garbage-collection time has passed, so a claim is never check-then-insert."""
+    row whose garbage-collection time has passed, so a claim is never check-then-insert.
+
+    An event loop runs its operations through ``inline``: at once on the loop's thread (a
+    local file answers in microseconds, a thread hop costs more), never waiting for a lock.
+    """
 
     blocking = True
 
@@ -33,28 +38,49 @@ class SQLiteStore:
         self._lock = threading.Lock()
         self._conn().executescript(_SCHEMA)
 
-    def _conn(self) -> sqlite3.Connection:
-        # one connection per thread: sqlite3 connections must not be shared across threads
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+    def _conn(self, nowait: bool = False) -> sqlite3.Connection:
+        # one connection per thread: sqlite3 connections must not be shared across threads;
+        # and one that never waits for a lock, for ``inline``
+        name = "nowait" if nowait else "conn"
+        conn: sqlite3.Connection | None = getattr(self._local, name, None)
         if conn is None:
             try:
                 conn = sqlite3.connect(
-                    self.path, timeout=self._timeout, isolation_level=None, check_same_thread=False
+                    self.path,
+                    timeout=0 if nowait else self._timeout,
+                    isolation_level=None,
+                    check_same_thread=False,
                 )
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA synchronous=NORMAL")
             except sqlite3.Error as exc:
+                if nowait and _busy(exc):
+                    raise BlockingIOError(f"SQLite store {self.path!r} is locked") from exc
                 raise StoreError(f"cannot open SQLite store {self.path!r}: {exc}") from exc
-            self._local.conn = conn
+            setattr(self._local, name, conn)
             with self._lock:
                 self._conns.append(conn)
         return conn
 
     def _run(self, sql: str, params: tuple[Any, ...]) -> sqlite3.Cursor:
+        nowait = getattr(self._local, "inline", False)
         try:
-            return self._conn().execute(sql, params)
+            return self._conn(nowait).execute(sql, params)
         except sqlite3.Error as exc:
+            if nowait and _busy(exc):  # the statement did nothing: the caller may wait for it
+                raise BlockingIOError(f"SQLite store {self.path!r} is locked") from exc
             raise StoreError(f"SQLite store {self.path!r}: {exc}") from exc
+
+    def inline(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+        """``fn(*args)``, one of this store's operations, on this thread without waiting
+        for a lock: ``BlockingIOError`` when another connection holds one (nothing was
+        done; run it again in a thread, where it waits up to ``timeout_s``)."""
+        local = self._local
+        local.inline = True
+        try:
+            return fn(*args)
+        finally:
+            local.inline = False
 
     @staticmethod
     def _gc(ttl_s: float | None) -> float | None:
@@ -113,3 +139,9 @@ class SQLiteStore:
                 conn.close()
             self._conns.clear()
         self._local = threading.local()
+
+
+def _busy(exc: sqlite3.Error) -> bool:
+    """Another connection holds the lock (SQLITE_BUSY or SQLITE_LOCKED, extended codes too)."""
+    code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+    return code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)

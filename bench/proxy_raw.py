@@ -1,0 +1,121 @@
+"""``headway proxy`` per call, driven by a raw JSON-RPC client: lower noise than an MCP client.
+
+    python bench/proxy_raw.py [--calls 2000] [NAME=SRC ...]
+
+Each path is a process over stdio in front of the same upstream (tests/mcp_upstream.py,
+its ``echo`` tool, a new argument per call): ``direct`` (the upstream itself), ``relay``
+(bench/proxy_latency.py's byte relay) and, for each NAME=SRC, ``headway proxy`` with its
+defaults (a SQLite store and audit, a file of its own) run with the headway package of
+SRC (say ``base=/work/main/src this=src``). The paths take turns call by call; the client
+writes a line and reads lines until the answer, so its own time is small and alike for
+all. Prints each path's median and the CPU per call of its process (Linux ``/proc``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("proxies", nargs="*", metavar="NAME=SRC", default=[f"this={ROOT / 'src'}"])
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="headway-raw-") as tmp:
+        upstream = [sys.executable, str(ROOT / "tests" / "mcp_upstream.py"), f"{tmp}/up.log"]
+        relay = [sys.executable, str(ROOT / "bench" / "proxy_latency.py"), "--byte-relay"]
+        paths: dict[str, tuple[list[str], dict[str, str]]] = {
+            "direct": (upstream, dict(os.environ)),
+            "relay": ([*relay, "--", *upstream], dict(os.environ)),
+        }
+        for spec in args.proxies:
+            name, _, src = spec.partition("=")
+            store = f"sqlite:///{tmp}/{name}.db"
+            command = [sys.executable, "-m", "headway.cli", "proxy", "--store", store]
+            paths[name] = ([*command, "--", *upstream], {**os.environ, "PYTHONPATH": src})
+        procs = {
+            name: subprocess.Popen(
+                command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                env=env,
+                cwd=tmp,
+            )
+            for name, (command, env) in paths.items()
+        }
+        try:
+            times, cpu = measure(procs, args.calls)
+        finally:
+            for proc in procs.values():
+                assert proc.stdin is not None
+                proc.stdin.close()
+                proc.wait()
+    print(f"{args.calls} calls per path, taking turns (median, CPU per call of the process)")
+    direct = statistics.median(times["direct"])
+    for name, t in times.items():
+        median = statistics.median(t)
+        print(
+            f"  {name:10s} {median * 1000:7.3f} ms ({(median - direct) * 1000:+.3f})"
+            f"   CPU {cpu[name] * 1000:6.3f} ms"
+        )
+
+
+def measure(
+    procs: dict[str, subprocess.Popen[bytes]], calls: int
+) -> tuple[dict[str, list[float]], dict[str, float]]:
+    hello = {"protocolVersion": "2025-06-18", "capabilities": {}}
+    hello["clientInfo"] = {"name": "raw", "version": "1"}
+    for proc in procs.values():
+        rpc(proc, {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": hello})
+        rpc(proc, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+        for i in range(30):  # warm up: imports, connections, SQLite pages
+            rpc(proc, call(i + 1, f"warm {i}"))
+    times: dict[str, list[float]] = {name: [] for name in procs}
+    before = {name: cpu_seconds(proc.pid) for name, proc in procs.items()}
+    for i in range(calls):
+        for name, proc in procs.items():
+            start = time.perf_counter()
+            answer = rpc(proc, call(100 + i, f"call {i}"))
+            times[name].append(time.perf_counter() - start)
+            assert "result" in answer, answer
+    after = {name: cpu_seconds(proc.pid) for name, proc in procs.items()}
+    return times, {name: (after[name] - before[name]) / calls for name in procs}
+
+
+def call(rid: int, text: str) -> dict[str, Any]:
+    params = {"name": "echo", "arguments": {"text": text}}
+    return {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": params}
+
+
+def rpc(proc: subprocess.Popen[bytes], message: dict[str, Any]) -> Any:
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    proc.stdin.write(json.dumps(message).encode() + b"\n")
+    proc.stdin.flush()
+    if "id" not in message:
+        return None
+    while True:
+        answer = json.loads(proc.stdout.readline())
+        if answer.get("id") == message["id"]:
+            return answer
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+if __name__ == "__main__":
+    main()
