@@ -7,10 +7,11 @@ whose garbage-collection time has passed) and every transition is a single condi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ..errors import StoreError
-from ._base import dumps, loads
+from ._base import Op, dumps, loads
 
 try:
     import psycopg
@@ -25,6 +26,51 @@ CREATE TABLE IF NOT EXISTS {_TABLE} (
     value TEXT NOT NULL,
     gc_at DOUBLE PRECISION
 )
+"""
+# ``batch``: every operation in one call, one round trip (and one transaction). Results:
+# a get's value, 't' or 'f' for the others, NULL when skipped
+_BATCH = f"""
+CREATE OR REPLACE FUNCTION headway_batch(
+    names text[], keys text[], vals text[], expects text[], ttls double precision[],
+    conds boolean[]
+) RETURNS text[] LANGUAGE plpgsql AS $$
+DECLARE
+    out text[] := '{{}}';
+    last text := NULL;
+    n integer;
+    t double precision;
+BEGIN
+    FOR i IN 1 .. coalesce(array_length(names, 1), 0) LOOP
+        t := extract(epoch from clock_timestamp());
+        IF conds[i] IS NOT NULL AND (last IS NOT DISTINCT FROM 't') <> conds[i] THEN
+            last := NULL;
+        ELSIF names[i] = 'get' THEN
+            last := NULL;
+            SELECT value INTO last FROM {_TABLE}
+                WHERE key = keys[i] AND (gc_at IS NULL OR gc_at > t);
+        ELSE
+            IF names[i] = 'set' THEN
+                INSERT INTO {_TABLE} (key, value, gc_at) VALUES (keys[i], vals[i], t + ttls[i])
+                ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, gc_at = EXCLUDED.gc_at;
+            ELSIF names[i] = 'add' THEN
+                INSERT INTO {_TABLE} (key, value, gc_at) VALUES (keys[i], vals[i], t + ttls[i])
+                ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, gc_at = EXCLUDED.gc_at
+                WHERE {_TABLE}.gc_at IS NOT NULL AND {_TABLE}.gc_at <= t;
+            ELSIF vals[i] IS NULL THEN
+                DELETE FROM {_TABLE} WHERE key = keys[i] AND value = expects[i]
+                    AND (gc_at IS NULL OR gc_at > t);
+            ELSE
+                UPDATE {_TABLE} SET value = vals[i], gc_at = t + ttls[i]
+                WHERE key = keys[i] AND value = expects[i] AND (gc_at IS NULL OR gc_at > t);
+            END IF;
+            GET DIAGNOSTICS n = ROW_COUNT;
+            last := CASE WHEN n = 1 OR names[i] = 'set' THEN 't' ELSE 'f' END;
+        END IF;
+        out := array_append(out, last);
+    END LOOP;
+    RETURN out;
+END
+$$
 """
 # garbage-collection times are the server's clock: workers' clocks never have to agree
 _NOW = "extract(epoch from clock_timestamp())"
@@ -73,6 +119,7 @@ class PostgresStore:
                 # one creator at a time: concurrent CREATE TABLE IF NOT EXISTS can collide
                 conn.execute("SELECT pg_advisory_xact_lock(727274)")
                 conn.execute(_SCHEMA)
+                conn.execute(_BATCH)
         except (psycopg.Error, OSError) as exc:
             raise StoreError(f"PostgreSQL store: {type(exc).__name__}: {exc}") from exc
         except Exception as exc:  # the pool's own timeout error
@@ -123,6 +170,29 @@ class PostgresStore:
                 (dumps(value), ttl_s, self.prefix + key, dumps(expected)),
             )
         return count == 1
+
+    def batch(self, ops: Sequence[Op]) -> list[Any]:
+        """Several operations in one call of a server function: one round trip and one
+        transaction (see ``_base.batch``)."""
+        for op in ops:
+            if op.name not in ("get", "set", "add", "swap"):
+                raise StoreError(f"unknown store operation {op.name!r}")
+        _, row = self._run(
+            "SELECT headway_batch(%s::text[], %s::text[], %s::text[], %s::text[], "
+            "%s::double precision[], %s::boolean[])",
+            (
+                [op.name for op in ops],
+                [self.prefix + op.key for op in ops],
+                [None if op.value is None and op.name == "swap" else dumps(op.value) for op in ops],
+                [dumps(op.expected) if op.name == "swap" else None for op in ops],
+                [None if op.ttl_s is None else float(op.ttl_s) for op in ops],
+                [op.only_if for op in ops],
+            ),
+        )
+        return [
+            loads(r) if op.name == "get" else (None if r is None else r == "t")
+            for op, r in zip(ops, row[0], strict=True)
+        ]
 
     def delete(self, key: str) -> None:
         self._run(f"DELETE FROM {_TABLE} WHERE key = %s", (self.prefix + key,))
