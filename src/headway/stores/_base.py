@@ -75,10 +75,16 @@ def batch(store: Any, ops: Sequence[Op]) -> list[Any]:
     return one_by_one(store, ops)
 
 
-def one_by_one(store: Any, ops: Sequence[Op]) -> list[Any]:
-    """``batch`` as single operations (a store without its own)."""
+def in_one_trip(store: Any) -> bool:
+    """Whether ``batch(store, ...)`` is one round trip (the store has its own ``batch``;
+    a wrapper such as a signed store says whether the store it wraps has)."""
+    return getattr(store, "batch", None) is not None and getattr(store, "one_trip", True)
+
+
+def one_by_one(store: Any, ops: Sequence[Op], last: Any = None) -> list[Any]:
+    """``batch`` as single operations (a store without its own); ``last``: the result of
+    an operation made just before, for the first one's ``only_if``."""
     results: list[Any] = []
-    last: Any = None
     for op in ops:
         if skipped(op, last):
             last = None

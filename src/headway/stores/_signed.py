@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import StoreError
-from ._base import Op, Store, batch, dumps
+from ._base import Op, Store, batch, dumps, in_one_trip
 
 log = logging.getLogger("headway")
 
@@ -75,6 +75,10 @@ class SignedStore:
     def swap(self, key: str, expected: Any, value: Any | None, ttl_s: float | None = None) -> bool:
         new = None if value is None else self._sign(key, value)
         return self.inner.swap(key, self._sign(key, expected), new, ttl_s)
+
+    @property
+    def one_trip(self) -> bool:
+        return in_one_trip(self.inner)
 
     def batch(self, ops: Sequence[Op]) -> list[Any]:
         signed = [op if op.name == "get" else self._signed(op) for op in ops]
