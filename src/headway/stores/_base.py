@@ -68,7 +68,9 @@ class Op(NamedTuple):
 def batch(store: Any, ops: Sequence[Op]) -> list[Any]:
     """Perform ``ops`` in order, in one round trip when the store offers ``batch``. Each
     result is what the single operation returns (``set``: True); a skipped one's is None.
-    Not a transaction: each operation is atomic on its own, as when made one by one."""
+    Not a transaction: each operation is atomic on its own, as when made one by one. A
+    batch writes a key at most once and reads a key it writes only after that write
+    failed (PostgreSQL's runs as one statement, whose parts see the table as it was)."""
     native = getattr(store, "batch", None)
     if native is not None:
         return native(ops)  # type: ignore[no-any-return]

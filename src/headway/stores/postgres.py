@@ -27,59 +27,6 @@ CREATE TABLE IF NOT EXISTS {_TABLE} (
     gc_at DOUBLE PRECISION
 )
 """
-# ``batch``: every operation in one call, one round trip (and one transaction). Results:
-# a get's value, 't' or 'f' for the others, NULL when skipped
-_BATCH = f"""
-CREATE OR REPLACE FUNCTION headway_batch(
-    names text[], keys text[], vals text[], expects text[], ttls double precision[],
-    conds boolean[]
-) RETURNS text[] LANGUAGE plpgsql AS $$
-DECLARE
-    out text[] := '{{}}';
-    last text := NULL;
-    n integer;
-    t double precision;
-    k text;
-    v text;
-    e text;
-    g double precision;
-BEGIN
-    FOR i IN 1 .. coalesce(array_length(names, 1), 0) LOOP
-        -- scalars, not array elements, in the statements: an element is looked up
-        -- again for every row a statement considers (measured: 40 ms for a 6 KB record)
-        t := extract(epoch from clock_timestamp());
-        k := keys[i];
-        v := vals[i];
-        e := expects[i];
-        g := t + ttls[i];
-        IF conds[i] IS NOT NULL AND (last IS NOT DISTINCT FROM 't') <> conds[i] THEN
-            last := NULL;
-        ELSIF names[i] = 'get' THEN
-            last := NULL;
-            SELECT value INTO last FROM {_TABLE} WHERE key = k AND (gc_at IS NULL OR gc_at > t);
-        ELSE
-            IF names[i] = 'set' THEN
-                INSERT INTO {_TABLE} (key, value, gc_at) VALUES (k, v, g)
-                ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, gc_at = EXCLUDED.gc_at;
-            ELSIF names[i] = 'add' THEN
-                INSERT INTO {_TABLE} (key, value, gc_at) VALUES (k, v, g)
-                ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, gc_at = EXCLUDED.gc_at
-                WHERE {_TABLE}.gc_at IS NOT NULL AND {_TABLE}.gc_at <= t;
-            ELSIF v IS NULL THEN
-                DELETE FROM {_TABLE} WHERE key = k AND value = e AND (gc_at IS NULL OR gc_at > t);
-            ELSE
-                UPDATE {_TABLE} SET value = v, gc_at = g
-                WHERE key = k AND value = e AND (gc_at IS NULL OR gc_at > t);
-            END IF;
-            GET DIAGNOSTICS n = ROW_COUNT;
-            last := CASE WHEN n = 1 OR names[i] = 'set' THEN 't' ELSE 'f' END;
-        END IF;
-        out := array_append(out, last);
-    END LOOP;
-    RETURN out;
-END
-$$
-"""
 # garbage-collection times are the server's clock: workers' clocks never have to agree
 _NOW = "extract(epoch from clock_timestamp())"
 _LIVE = f"(gc_at IS NULL OR gc_at > {_NOW})"
@@ -127,7 +74,6 @@ class PostgresStore:
                 # one creator at a time: concurrent CREATE TABLE IF NOT EXISTS can collide
                 conn.execute("SELECT pg_advisory_xact_lock(727274)")
                 conn.execute(_SCHEMA)
-                conn.execute(_BATCH)
         except (psycopg.Error, OSError) as exc:
             raise StoreError(f"PostgreSQL store: {type(exc).__name__}: {exc}") from exc
         except Exception as exc:  # the pool's own timeout error
@@ -180,27 +126,54 @@ class PostgresStore:
         return count == 1
 
     def batch(self, ops: Sequence[Op]) -> list[Any]:
-        """Several operations in one call of a server function: one round trip and one
-        transaction (see ``_base.batch``)."""
-        for op in ops:
-            if op.name not in ("get", "set", "add", "swap"):
+        """Several operations in one statement (one round trip, one transaction): each a
+        data-modifying ``WITH`` query, its condition on the one before it. They all see
+        the table as it was before the statement (see ``_base.batch``)."""
+        parts: list[str] = []
+        outs: list[str] = []
+        params: list[Any] = []
+        done = "FALSE"  # whether the operation before succeeded
+        for i, op in enumerate(ops):
+            cond = "TRUE" if op.only_if is None else (done if op.only_if else f"NOT {done}")
+            key = self.prefix + op.key
+            if op.name == "get":
+                parts.append(
+                    f"r{i} AS (SELECT value FROM {_TABLE} WHERE key = %s AND {_LIVE} AND {cond})"
+                )
+                params.append(key)
+                outs.append(f"(SELECT value FROM r{i})")
+                done = "FALSE"
+                continue
+            if op.name in ("set", "add"):
+                taken = (
+                    ""
+                    if op.name == "set"
+                    else f" WHERE {_TABLE}.gc_at IS NOT NULL AND {_TABLE}.gc_at <= {_NOW}"
+                )
+                parts.append(
+                    f"r{i} AS (INSERT INTO {_TABLE} (key, value, gc_at) "
+                    f"SELECT %s, %s, {_GC} WHERE {cond} ON CONFLICT (key) DO UPDATE SET "
+                    f"value = EXCLUDED.value, gc_at = EXCLUDED.gc_at{taken} RETURNING 1)"
+                )
+                params += (key, dumps(op.value), op.ttl_s)
+            elif op.name == "swap" and op.value is None:
+                parts.append(
+                    f"r{i} AS (DELETE FROM {_TABLE} WHERE key = %s AND value = %s "
+                    f"AND {_LIVE} AND {cond} RETURNING 1)"
+                )
+                params += (key, dumps(op.expected))
+            elif op.name == "swap":
+                parts.append(
+                    f"r{i} AS (UPDATE {_TABLE} SET value = %s, gc_at = {_GC} WHERE key = %s "
+                    f"AND value = %s AND {_LIVE} AND {cond} RETURNING 1)"
+                )
+                params += (dumps(op.value), op.ttl_s, key, dumps(op.expected))
+            else:
                 raise StoreError(f"unknown store operation {op.name!r}")
-        _, row = self._run(
-            "SELECT headway_batch(%s::text[], %s::text[], %s::text[], %s::text[], "
-            "%s::double precision[], %s::boolean[])",
-            (
-                [op.name for op in ops],
-                [self.prefix + op.key for op in ops],
-                [None if op.value is None and op.name == "swap" else dumps(op.value) for op in ops],
-                [dumps(op.expected) if op.name == "swap" else None for op in ops],
-                [None if op.ttl_s is None else float(op.ttl_s) for op in ops],
-                [op.only_if for op in ops],
-            ),
-        )
-        return [
-            loads(r) if op.name == "get" else (None if r is None else r == "t")
-            for op, r in zip(ops, row[0], strict=True)
-        ]
+            done = f"EXISTS (SELECT 1 FROM r{i})"
+            outs.append(f"CASE WHEN {cond} THEN {done} END")
+        _, row = self._run(f"WITH {', '.join(parts)} SELECT {', '.join(outs)}", tuple(params))
+        return [loads(r) if op.name == "get" else r for op, r in zip(ops, row, strict=True)]
 
     def delete(self, key: str) -> None:
         self._run(f"DELETE FROM {_TABLE} WHERE key = %s", (self.prefix + key,))
