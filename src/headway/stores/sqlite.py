@@ -107,9 +107,10 @@ class SQLiteStore:
         self._run("DELETE FROM headway_kv WHERE key = ?", (key,))
 
     def batch(self, ops: Sequence[Op]) -> list[Any]:
-        """Several operations in one transaction: one commit (see ``_base.batch``)."""
+        """Several operations, their writes committed once (see ``_base.batch``)."""
         conn = self._conn()
-        writes = any(op.name != "get" for op in ops)
+        # a transaction only to commit several writes once (each is atomic on its own)
+        writes = sum(op.name != "get" for op in ops) > 1
         try:
             if writes:
                 conn.execute("BEGIN IMMEDIATE")  # the write lock first: no upgrade deadlock
