@@ -13,6 +13,10 @@ A call meets the record twice; changes are compare-and-set over the whole record
     settle:  take the step (if not reserved), judge it (marks, corrections, loop stop),
              bump the cache epochs
 
+A keyed write's claim rides with the first of these (one ``batch``), and its completion
+with the second, which is made only if the completion was (``idempotency.with_rider``):
+two round trips in all. A stop read with the claim lets the claim go.
+
 A cached read does both in one swap after its lookup, which it made under the cache
 epochs this worker last saw: the swap succeeds only if the record is still that one.
 
