@@ -36,7 +36,7 @@ class Counting:
 
     def __getattr__(self, name: str) -> Any:
         fn = getattr(self.inner, name)
-        if name in ("get", "set", "add", "swap", "delete"):
+        if name in ("get", "set", "add", "swap", "delete", "batch"):  # a batch: one trip
 
             def counted(*args: Any) -> Any:
                 self.ops += 1

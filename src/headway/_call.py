@@ -50,6 +50,10 @@ class Call:
     result_size: int | None = None
     late: Any = None  # an attempt abandoned after a timeout, still running
     held: Any = None  # the claim on the idempotency key while the write runs (_leases.Held)
+    # store operations of the write sent with the call's next one (idempotency.Claim,
+    # .Completion), and the claim made that way
+    rider: Any = None
+    claimed: Any = None
     looked_up: bool = False  # begin() already looked the read up (an in-process store)
     agent: str | None = None  # the agent making the call, in a multi-agent run
     call_id: str | None = None  # the framework's id of this tool call (audit and spans only)

@@ -298,8 +298,10 @@ async def _blocking(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
     its ``inline(fn, args)``, which raises BlockingIOError when it would have to wait."""
     inline = getattr(getattr(fn, "__self__", None), "inline", None)
     if inline is not None:
-        with contextlib.suppress(BlockingIOError):
+        try:
             return inline(fn, args)
+        except BlockingIOError:  # it would wait for a lock: in a thread, where it may
+            pass
     return await asyncio.to_thread(fn, *args)
 
 

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .stores import Store
+from .stores._base import Op, batch
 
 
 class Held:
@@ -54,6 +55,18 @@ class Held:
             elif not won:
                 self.lost = True
             return bool(won)
+
+    def swap_with(self, new: dict[str, Any], ops: list[Op]) -> list[Any]:
+        """``swap(new)`` with ``ops`` after it, in one ``batch``: its result, then theirs."""
+        with self._lock:
+            results = batch(self.store, [Op("swap", self.rkey, new, self.record, self.gc_s), *ops])
+            won = results[0] is True and not self.lost
+            if won:
+                self.record, self.renewed = new, time.monotonic()
+            else:
+                self.lost = True
+            results[0] = won
+            return results
 
     def renew(self) -> bool:
         """Bump the beat: proof to observers that the owner is alive."""

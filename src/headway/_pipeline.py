@@ -30,8 +30,9 @@ from ._shared import Moved, counts_calls, refresh, reserve
 from ._spec import ToolSpec
 from .audit import summarize
 from .errors import ArgumentError
-from .idempotency import step_key
+from .idempotency import flush, step_key, with_rider
 from .outcome import CACHED, CORRECTED, EXECUTED, REPLAYED, UNKNOWN, Outcome, error_info
+from .stores._base import Op
 
 if TYPE_CHECKING:
     from ._session import Governor
@@ -432,8 +433,12 @@ def invalidate(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
 
     ``invalidates=[tools]`` narrows it to those tools; ``resources=`` to the reads of those
     resources (reads that declare none are always invalidated); otherwise everything.
+    A keyed write's completion (``c.rider``) is sent with the new generation: one round
+    trip; a session shared by workers writes both with the step's record instead.
     """
     if not gov.has_session_cache():
+        if c.rider is not None and not st.shared:
+            yield from flush(gov, c)
         return  # no tool caches per session: nothing to invalidate, no store round trip
     touched = None if c.spec.invalidates else resources_of(c.spec, c.args)
     if c.spec.invalidates:
@@ -448,7 +453,14 @@ def invalidate(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
     with st.lock:
         bump(st, names)
         snapshot = dict(st.generation)
-    yield from store_op(gov, c, "set", gov.generation_key(st.session_id), snapshot, gov.cache_gc_s)
+    key = gov.generation_key(st.session_id)
+    if c.rider is None:
+        yield from store_op(gov, c, "set", key, snapshot, gov.cache_gc_s)
+        return
+    try:
+        yield from with_rider(gov, c, [Op("set", key, snapshot, ttl_s=gov.cache_gc_s)])
+    except Exception as exc:  # reads fail open; the rider has recorded its own failure
+        flag_store_error(c, exc)
 
 
 def store_op(gov: Governor, c: Call, op: str, *args: Any) -> Plan[Any]:

@@ -13,6 +13,10 @@ A call meets the record twice; changes are compare-and-set over the whole record
     settle:  take the step (if not reserved), judge it (marks, corrections, loop stop),
              bump the cache epochs
 
+A keyed write's claim rides with the first of these (one ``batch``), and its completion
+with the second, which is made only if the completion was (``idempotency.with_rider``):
+two round trips in all. A stop read with the claim lets the claim go.
+
 A cached read does both in one swap after its lookup, which it made under the cache
 epochs this worker last saw: the swap succeeds only if the record is still that one.
 
@@ -41,6 +45,8 @@ from ._effects import Blocking, Plan, Sleep, Wait, drive_sync
 from ._redact import scrub
 from .budgets import Meter, diagnostic
 from .errors import BudgetExceeded, LoopDetected, Stop
+from .idempotency import flush, with_rider
+from .stores._base import Op
 
 if TYPE_CHECKING:
     from ._session import Governor
@@ -131,6 +137,9 @@ def _load(st: SessionState, text: str | None, now: float) -> None:
         st.monitor_of(name).restore(snap)
 
 
+_UNREAD = object()
+
+
 class Moved(Exception):  # noqa: N818 - a signal between the pipeline and this module
     """The record changed since a decision this worker made on its copy of it."""
 
@@ -146,17 +155,25 @@ def update(
     against the record as this worker last knew it; on a conflict read it and apply the
     change again (``rounds=1``: raise ``Moved`` instead). The store failing leaves the
     change applied locally (flagged)."""
-    wait = st.turns.enter()
-    if wait is not None:
-        try:
-            yield Wait(wait, None)
-        except BaseException:
-            st.turns.give_up(wait)
-            raise
     try:
-        return (yield from _update(gov, st, c, change, rounds))
-    finally:
-        st.turns.leave()
+        wait = st.turns.enter()
+        if wait is not None:
+            try:
+                yield Wait(wait, None)
+            except BaseException:
+                st.turns.give_up(wait)
+                raise
+        try:
+            result = yield from _update(gov, st, c, change, rounds)
+        finally:
+            st.turns.leave()
+    except BaseException:
+        if c is not None and c.rider is not None:
+            yield from flush(gov, c)  # an executed write's result is recorded regardless
+        raise
+    if c is not None and c.rider is not None:
+        yield from flush(gov, c)
+    return result
 
 
 def _update(
@@ -165,6 +182,7 @@ def _update(
     key = gov.session_key(st.session_id)
     store, ttl = gov.store, gov.session_ttl_s
     for round_ in range(rounds):
+        current: Any = _UNREAD
         with st.lock:
             expected = st.remote
             result = change()  # may raise Stop: nothing was written
@@ -178,11 +196,24 @@ def _update(
             _degrade(st, c, unwritable, expected, None)
             return result
         try:
-            if expected is None:
+            if c is not None and c.rider is not None:
+                # with the keyed write's claim or completion; chained to a completion
+                # (a result not recorded is settled as UNKNOWN), the record read back
+                # when the swap does not happen
+                first = (
+                    Op("add", key, new, ttl_s=ttl)
+                    if expected is None
+                    else Op("swap", key, new, expected, ttl)
+                )
+                done, current = yield from with_rider(
+                    gov, c, [first, Op("get", key, only_if=False)], chained=True
+                )
+                ok = done is True
+            elif expected is None:
                 ok = yield Blocking(store.add, (key, new, ttl))
             else:
                 ok = yield Blocking(store.swap, (key, expected, new, ttl))
-            if not ok:
+            if not ok and current is _UNREAD:
                 current = yield Blocking(store.get, (key,))
         except Exception as exc:
             _degrade(st, c, exc, expected, new)
@@ -247,7 +278,12 @@ def reserve(gov: Governor, st: SessionState, c: Call, seen: Any = None) -> Plan[
         attempts.append(seen is not None and st.epoch == seen)
         take(gov, st, c)
 
-    yield from update(gov, st, c, change)
+    gov.writes.claim_ahead(gov, c)  # a keyed write claims in the same round trip
+    try:
+        yield from update(gov, st, c, change)
+    except BaseException:
+        yield from gov.writes.unclaim(gov, c)  # it does not run after all
+        raise
     return attempts == [True]
 
 
@@ -259,18 +295,27 @@ def refresh(gov: Governor, st: SessionState, c: Call, seen: Any = None) -> Plan[
     from ._settle import check_stop
 
     entered = st.turns.entered
+    key = gov.session_key(st.session_id)
+    gov.writes.claim_ahead(gov, c)  # a keyed write claims in the same round trip
     try:
-        rec = yield Blocking(gov.store.get, (gov.session_key(st.session_id),))
+        if c.rider is not None:
+            (rec,) = yield from with_rider(gov, c, [Op("get", key)])
+        else:
+            rec = yield Blocking(gov.store.get, (key,))
     except Exception as exc:  # the call goes on with what this worker knows
         _degrade(st, c, exc, None, None)
         rec = st.remote
-    with st.lock:
-        # a write of another thread here in flight (or done) meanwhile: the record read
-        # may be older than this state, which the next swap checks against the store anyway
-        if rec != st.remote and st.turns.quiet_since(entered):
-            load(st, rec, gov.clock())  # None: expired meanwhile, the run starts afresh
-        unchanged = seen is not None and st.epoch == seen
-        check_stop(gov, st)
+    try:
+        with st.lock:
+            # a write of another thread here in flight (or done) meanwhile: the record read
+            # may be older than this state, which the next swap checks against the store
+            if rec != st.remote and st.turns.quiet_since(entered):
+                load(st, rec, gov.clock())  # None: expired meanwhile, the run starts afresh
+            unchanged = seen is not None and st.epoch == seen
+            check_stop(gov, st)
+    except Stop:
+        yield from gov.writes.unclaim(gov, c)  # stopped: the write does not run
+        raise
     return unchanged
 
 

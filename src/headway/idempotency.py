@@ -25,6 +25,12 @@ governor's clock; an in-progress record is governed only by its lease.
 
 An unkeyed write runs every time, except right after an identical write of the session
 ended UNKNOWN (§5.4): then it is a retry of that write and is reconciled the same way.
+
+Two store round trips per keyed write, whatever else the call touches: the claim rides
+with the session record's read (or swap) before the tool runs, and the completion with
+the record's swap after it (or, in a session kept in the process, with the cache
+generation's write): a ``Claim`` or ``Completion`` set on the call as ``c.rider`` is sent
+by ``with_rider`` in one ``batch`` with that operation.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from ._effects import Blocking, Plan, Sleep
 from ._leases import Held, Keeper
 from .errors import ArgumentError, KeyReuseError, StoreError
 from .outcome import ERROR, EXECUTED, REPLAYED, UNKNOWN, error_info
+from .stores._base import Op, batch, in_one_trip, one_by_one
 
 if TYPE_CHECKING:
     from ._session import Governor
@@ -236,23 +243,39 @@ class Writes:
         rkey = gov.idempotency_record_key(key)
         gc_s = gov.idempotency_ttl_s + 3600
         c.reconcile_key = key
-        owner = uuid.uuid4().hex
+        ahead, c.claimed = c.claimed, None  # made with the session record's read
+        owner = ahead.claim["owner"] if ahead is not None else uuid.uuid4().hex
         waited, poll = 0.0, _POLL_S
         for turn in range(_TURNS):
             if turn >= 3:  # the record keeps changing under us: back off
                 yield Sleep(min(_POLL_S * 2 ** (turn - 3), _POLL_MAX_S))
-            now = gov.clock()
-            claim = self._claim(gov, c, owner, now)
-            try:
-                won = yield Blocking(gov.store.add, (rkey, claim, gc_s), gov.store.blocking)
-                record = (
-                    None if won else (yield Blocking(gov.store.get, (rkey,), gov.store.blocking))
+            held = None
+            if ahead is not None and turn == 0:
+                if ahead.error is not None:
+                    return self._store_down(gov, c, ahead.error)
+                claim, now, held, record = (
+                    ahead.claim,
+                    ahead.claim["created"],
+                    ahead.held,
+                    ahead.record,
                 )
-            except Exception as exc:
-                return self._store_down(gov, c, exc)
+                won = held is not None
+            else:
+                now = gov.clock()
+                claim = self._claim(gov, c, owner, now)
+                try:
+                    won = yield Blocking(gov.store.add, (rkey, claim, gc_s), gov.store.blocking)
+                    record = (
+                        None
+                        if won
+                        else (yield Blocking(gov.store.get, (rkey,), gov.store.blocking))
+                    )
+                except Exception as exc:
+                    return self._store_down(gov, c, exc)
             if won:
-                held = Held(gov.store, rkey, claim, gc_s)
-                self.keeper.hold(held)
+                if held is None:
+                    held = Held(gov.store, rkey, claim, gc_s)
+                    self.keeper.hold(held)
                 if rkey in self.used:  # we settled it before: the store lost the record
                     return (yield from self._restore(gov, c, held))
                 return held
@@ -415,30 +438,16 @@ class Writes:
             done = self._done(gov, held.record, c.value, "owner")
             if "unrecordable" in done:
                 c.flag("result_not_recordable")
+            if st.shared or gov.has_session_cache():
+                # the next store write of the call (the session record's swap, or the
+                # cache generation's) carries it: one round trip for both
+                c.rider = Completion(self, gov, c, held, done)
+                return
             try:
                 saved = yield Blocking(held.swap, (done,), gov.store.blocking)
             except Exception as exc:
-                saved = False
-                c.flag(f"store_error: {type(exc).__name__}: {describe(exc)}"[:300])
-            if saved:
-                self.keeper.drop(held)
-                self.used.put(held.rkey, True)
-                c.idem_state = "completed"
-                return
-            # the tool ran but its result is not recorded: UNKNOWN, resolved from here
-            self.late.keep(key, ("done", c.value))
-            if not held.lost:  # the store failed: the keeper records it when it can
-                value = c.value
-                self._abandon(gov, held, _finished(value))
-            else:
-                self.keeper.drop(held)
-            c.status, c.idem_state, c.value = UNKNOWN, "unknown", None
-            c.error = error_info(
-                "result_not_recorded",
-                "the operation ran but its result could not be recorded",
-                retryable=False,
-                hint="Do not run it again under a new key: a call with the same key returns its result.",
-            )
+                saved = exc
+            self.recorded(gov, c, held, saved)
             return
         if c.status is UNKNOWN:
             c.idem_state = "unknown"
@@ -461,6 +470,51 @@ class Writes:
         yield from _held_swap(gov, c, held, None)
         self.keeper.drop(held)
         c.idem_state = "released"
+
+    def recorded(self, gov: Governor, c: Call, held: Held, saved: bool | Exception) -> None:
+        """The completion of an executed write was written (True), found the record no
+        longer ours (False) or failed (the exception)."""
+        if isinstance(saved, Exception):
+            c.flag(f"store_error: {type(saved).__name__}: {describe(saved)}"[:300])
+        elif saved:
+            self.keeper.drop(held)
+            self.used.put(held.rkey, True)
+            c.idem_state = "completed"
+            return
+        # the tool ran but its result is not recorded: UNKNOWN, resolved from here
+        self.late.keep(c.idem_key or "", ("done", c.value))
+        if not held.lost:  # the store failed: the keeper records it when it can
+            self._abandon(gov, held, _finished(c.value))
+        else:
+            self.keeper.drop(held)
+        c.status, c.idem_state, c.value = UNKNOWN, "unknown", None
+        c.error = error_info(
+            "result_not_recorded",
+            "the operation ran but its result could not be recorded",
+            retryable=False,
+            hint="Do not run it again under a new key: a call with the same key returns its result.",
+        )
+
+    def claim_ahead(self, gov: Governor, c: Call) -> None:
+        """A keyed write about to run: its claim is sent with the session record's read."""
+        if c.idem_key is not None and gov.enforce and not c.early and c.claimed is None:
+            c.rider = Claim(self, gov, c)
+
+    def unclaim(self, gov: Governor, c: Call) -> Plan[None]:
+        """The call will not run after all (the session stopped): let go of the claim made
+        ahead, if it was made. A release the store refuses is left to the keeper."""
+        if isinstance(c.rider, Claim):
+            c.rider = None  # never sent: nothing was claimed
+        ahead, c.claimed = c.claimed, None
+        held = None if ahead is None else ahead.held
+        if held is None:
+            return
+        try:
+            yield Blocking(held.swap, (None,), gov.store.blocking)
+        except Exception:
+            held.finish, held.late = (lambda _: None), _finished(None)  # deleted on a beat
+            return
+        self.keeper.drop(held)
 
     def interrupted(self, gov: Governor, c: Call, ticket: Held | bool) -> Plan[None]:
         """The attempt may have acted and nothing runs on: the record becomes UNKNOWN."""
@@ -621,3 +675,102 @@ def _held_swap(gov: Governor, c: Call, held: Held, new: dict[str, Any] | None) -
     except Exception as exc:
         c.flag(f"store_error: {type(exc).__name__}: {describe(exc)}"[:300])
         return False
+
+
+# -- riders: a keyed write's operations sent with the call's next one -------------------
+
+
+class Claim:
+    """The claim of a keyed write, sent with the session record's read or swap before the
+    write is decided (``_keyed`` then starts from its result)."""
+
+    required = False  # never sent (the session stopped first): nothing was claimed
+
+    def __init__(self, writes: Writes, gov: Governor, c: Call) -> None:
+        self.writes, self.c = writes, c
+        self.rkey = gov.idempotency_record_key(c.idem_key or "")
+        self.gc_s = gov.idempotency_ttl_s + 3600
+        self.claim = writes._claim(gov, c, uuid.uuid4().hex, gov.clock())
+        self.held: Held | None = None
+        self.record: Any = None
+        self.error: Exception | None = None
+        self._sent = False  # the claim's own operations were made
+
+    def send(self, store: Any, ops: list[Op]) -> list[Any]:
+        own = [
+            Op("add", self.rkey, self.claim, ttl_s=self.gc_s),
+            Op("get", self.rkey, only_if=False),
+        ]
+        if not in_one_trip(store):  # one by one: the claim stands even if the rest fails
+            self._claimed(store, one_by_one(store, own))
+            return one_by_one(store, ops)
+        results = batch(store, [*own, *ops])
+        self._claimed(store, results)
+        return results[2:]
+
+    def _claimed(self, store: Any, results: list[Any]) -> None:
+        self.record = results[1]
+        if results[0] is True:  # held at once: the keeper renews it while the call goes on
+            self.held = Held(store, self.rkey, self.claim, self.gc_s)
+            self.writes.keeper.hold(self.held)
+        self._sent = True
+
+    def done(self, error: Exception | None) -> None:
+        # an error after the claim was made is the session operation's, not the claim's
+        self.error = None if self._sent else error
+        self.c.claimed = self
+
+
+class Completion:
+    """The completion of an executed keyed write, sent with the session record's swap
+    (which is performed only if the completion was) or the cache generation's write."""
+
+    required = True  # the tool ran: its result is recorded whatever happens to the call
+
+    def __init__(self, writes: Writes, gov: Governor, c: Call, held: Held, done: Any) -> None:
+        self.writes, self.gov, self.c, self.held, self.new = writes, gov, c, held, done
+        self._saved: bool | None = None  # None: not known to have been made
+
+    def send(self, store: Any, ops: list[Op]) -> list[Any]:
+        if not in_one_trip(store):  # one by one: the completion stands if the rest fails
+            self._saved = self.held.swap(self.new)
+            return one_by_one(store, ops, self._saved)
+        results = self.held.swap_with(self.new, ops)
+        self._saved = results[0]
+        return results[1:]
+
+    def done(self, error: Exception | None) -> None:
+        saved: bool | Exception | None = self._saved
+        if saved is None:
+            saved = error or StoreError("the completion was not sent")
+        self.writes.recorded(self.gov, self.c, self.held, saved)
+
+
+def with_rider(gov: Governor, c: Call, ops: list[Op], chained: bool = False) -> Plan[list[Any]]:
+    """``ops`` in one round trip with the call's rider (``chained``: the first of them only
+    if a required rider succeeded); their results. A store error propagates, once the
+    rider has acted on it."""
+    rider, c.rider = c.rider, None
+    if chained and rider.required and ops:
+        ops = [ops[0]._replace(only_if=True), *ops[1:]]
+    try:
+        results = yield Blocking(rider.send, (gov.store, ops), gov.store.blocking)
+    except Exception as exc:
+        rider.done(exc)
+        raise
+    rider.done(None)
+    return results  # type: ignore[no-any-return]
+
+
+def flush(gov: Governor, c: Call) -> Plan[None]:
+    """Send a required rider that nothing carried (the call ended another way); drop a
+    claim never sent."""
+    if c.rider is None:
+        return
+    if not c.rider.required:
+        c.rider = None
+        return
+    try:
+        yield from with_rider(gov, c, [])
+    except Exception:
+        return  # the rider has acted on it (an unrecorded result: UNKNOWN)

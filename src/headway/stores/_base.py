@@ -2,7 +2,9 @@
 
 Everything headway keeps (cache entries, idempotency records, cache generations, shared
 breaker state) is built from these five operations, so one contract suite checks every
-store. Values are JSON, never pickle; ``swap`` compares the stored JSON text exactly,
+store. A store may also offer ``batch(ops)``: several of them in one round trip (a keyed
+write sends its claim with the session's record read, and its result with the record's
+swap); ``batch()`` below performs them one by one for a store that does not. Values are JSON, never pickle; ``swap`` compares the stored JSON text exactly,
 which is why values are always written in one canonical form (sorted keys).
 
 ``ttl_s`` only collects garbage: expiry that matters (a cache entry's freshness, an
@@ -13,7 +15,8 @@ from __future__ import annotations
 
 import json
 import json.scanner
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Sequence
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import orjson
 
@@ -45,6 +48,66 @@ class Store(Protocol):
 
     def close(self) -> None:
         """Release connections."""
+
+
+class Op(NamedTuple):
+    """One operation of a ``batch``: ``get``, ``set``, ``add`` or ``swap`` (``value`` None:
+    delete) with that operation's arguments.
+
+    ``only_if``: performed only when the operation just before it in the batch returned
+    True (``True``), or did not (``False``: it failed, or was itself skipped)."""
+
+    name: str
+    key: str
+    value: Any = None
+    expected: Any = None
+    ttl_s: float | None = None
+    only_if: bool | None = None
+
+
+def batch(store: Any, ops: Sequence[Op]) -> list[Any]:
+    """Perform ``ops`` in order, in one round trip when the store offers ``batch``. Each
+    result is what the single operation returns (``set``: True); a skipped one's is None.
+    Not a transaction: each operation is atomic on its own, as when made one by one. A
+    batch writes a key at most once and reads a key it writes only after that write
+    failed (PostgreSQL's runs as one statement, whose parts see the table as it was)."""
+    native = getattr(store, "batch", None)
+    if native is not None:
+        return native(ops)  # type: ignore[no-any-return]
+    return one_by_one(store, ops)
+
+
+def in_one_trip(store: Any) -> bool:
+    """Whether ``batch(store, ...)`` is one round trip (the store has its own ``batch``;
+    a wrapper such as a signed store says whether the store it wraps has)."""
+    return getattr(store, "batch", None) is not None and getattr(store, "one_trip", True)
+
+
+def one_by_one(store: Any, ops: Sequence[Op], last: Any = None) -> list[Any]:
+    """``batch`` as single operations (a store without its own); ``last``: the result of
+    an operation made just before, for the first one's ``only_if``."""
+    results: list[Any] = []
+    for op in ops:
+        if skipped(op, last):
+            last = None
+        elif op.name == "get":
+            last = store.get(op.key)
+        elif op.name == "set":
+            store.set(op.key, op.value, op.ttl_s)
+            last = True
+        elif op.name == "add":
+            last = store.add(op.key, op.value, op.ttl_s)
+        elif op.name == "swap":
+            last = store.swap(op.key, op.expected, op.value, op.ttl_s)
+        else:
+            raise StoreError(f"unknown store operation {op.name!r}")
+        results.append(last)
+    return results
+
+
+def skipped(op: Op, last: Any) -> bool:
+    """Whether ``op`` is skipped after an operation that returned ``last``."""
+    return op.only_if is not None and (last is True) is not op.only_if
 
 
 def dumps(value: Any) -> str:

@@ -19,16 +19,17 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from ..errors import StoreError
-from ._base import Store, dumps
+from ._base import Op, Store, batch, dumps, in_one_trip
 
 log = logging.getLogger("headway")
 
 
 class SignedStore:
-    """Wraps ``inner``; the same five operations, over signed values."""
+    """Wraps ``inner``; the same five operations (and ``batch``), over signed values."""
 
     def __init__(self, inner: Store, secret: str | bytes) -> None:
         if not secret:
@@ -45,7 +46,9 @@ class SignedStore:
         return {"hmac": self._mac(key, value), "v": value}
 
     def get(self, key: str) -> Any | None:
-        stored = self.inner.get(key)
+        return self._open(key, self.inner.get(key))
+
+    def _open(self, key: str, stored: Any) -> Any | None:
         if stored is None:
             return None
         if (
@@ -72,6 +75,25 @@ class SignedStore:
     def swap(self, key: str, expected: Any, value: Any | None, ttl_s: float | None = None) -> bool:
         new = None if value is None else self._sign(key, value)
         return self.inner.swap(key, self._sign(key, expected), new, ttl_s)
+
+    @property
+    def one_trip(self) -> bool:
+        return in_one_trip(self.inner)
+
+    def batch(self, ops: Sequence[Op]) -> list[Any]:
+        signed = [op if op.name == "get" else self._signed(op) for op in ops]
+        results = batch(self.inner, signed)
+        return [
+            self._open(op.key, r) if op.name == "get" else r
+            for op, r in zip(ops, results, strict=True)
+        ]
+
+    def _signed(self, op: Op) -> Op:
+        deletes = op.value is None and op.name == "swap"
+        return op._replace(
+            value=None if deletes else self._sign(op.key, op.value),
+            expected=self._sign(op.key, op.expected) if op.name == "swap" else None,
+        )
 
     def delete(self, key: str) -> None:
         self.inner.delete(key)

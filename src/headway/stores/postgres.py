@@ -7,10 +7,11 @@ whose garbage-collection time has passed) and every transition is a single condi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ..errors import StoreError
-from ._base import dumps, loads
+from ._base import Op, dumps, loads
 
 try:
     import psycopg
@@ -123,6 +124,56 @@ class PostgresStore:
                 (dumps(value), ttl_s, self.prefix + key, dumps(expected)),
             )
         return count == 1
+
+    def batch(self, ops: Sequence[Op]) -> list[Any]:
+        """Several operations in one statement (one round trip, one transaction): each a
+        data-modifying ``WITH`` query, its condition on the one before it. They all see
+        the table as it was before the statement (see ``_base.batch``)."""
+        parts: list[str] = []
+        outs: list[str] = []
+        params: list[Any] = []
+        done = "FALSE"  # whether the operation before succeeded
+        for i, op in enumerate(ops):
+            cond = "TRUE" if op.only_if is None else (done if op.only_if else f"NOT {done}")
+            key = self.prefix + op.key
+            if op.name == "get":
+                parts.append(
+                    f"r{i} AS (SELECT value FROM {_TABLE} WHERE key = %s AND {_LIVE} AND {cond})"
+                )
+                params.append(key)
+                outs.append(f"(SELECT value FROM r{i})")
+                done = "FALSE"
+                continue
+            if op.name in ("set", "add"):
+                taken = (
+                    ""
+                    if op.name == "set"
+                    else f" WHERE {_TABLE}.gc_at IS NOT NULL AND {_TABLE}.gc_at <= {_NOW}"
+                )
+                parts.append(
+                    f"r{i} AS (INSERT INTO {_TABLE} (key, value, gc_at) "
+                    f"SELECT %s, %s, {_GC} WHERE {cond} ON CONFLICT (key) DO UPDATE SET "
+                    f"value = EXCLUDED.value, gc_at = EXCLUDED.gc_at{taken} RETURNING 1)"
+                )
+                params += (key, dumps(op.value), op.ttl_s)
+            elif op.name == "swap" and op.value is None:
+                parts.append(
+                    f"r{i} AS (DELETE FROM {_TABLE} WHERE key = %s AND value = %s "
+                    f"AND {_LIVE} AND {cond} RETURNING 1)"
+                )
+                params += (key, dumps(op.expected))
+            elif op.name == "swap":
+                parts.append(
+                    f"r{i} AS (UPDATE {_TABLE} SET value = %s, gc_at = {_GC} WHERE key = %s "
+                    f"AND value = %s AND {_LIVE} AND {cond} RETURNING 1)"
+                )
+                params += (dumps(op.value), op.ttl_s, key, dumps(op.expected))
+            else:
+                raise StoreError(f"unknown store operation {op.name!r}")
+            done = f"EXISTS (SELECT 1 FROM r{i})"
+            outs.append(f"CASE WHEN {cond} THEN {done} END")
+        _, row = self._run(f"WITH {', '.join(parts)} SELECT {', '.join(outs)}", tuple(params))
+        return [loads(r) if op.name == "get" else r for op, r in zip(ops, row, strict=True)]
 
     def delete(self, key: str) -> None:
         self._run(f"DELETE FROM {_TABLE} WHERE key = %s", (self.prefix + key,))

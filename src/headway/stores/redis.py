@@ -8,10 +8,11 @@ only (not Redis Cluster).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ..errors import ConfigError, StoreError
-from ._base import dumps, loads
+from ._base import Op, dumps, loads
 
 try:
     import redis as _redis
@@ -25,6 +26,37 @@ if ARGV[2] == '' then redis.call('DEL', KEYS[1])
 elseif ARGV[3] == '' then redis.call('SET', KEYS[1], ARGV[2])
 else redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) end
 return 1
+"""
+
+
+# ``batch``: KEYS[i] with ARGV[4i-3 .. 4i] = name, condition ('1', '0' or ''), value
+# ('' deletes, for a swap), then expected and PX (swap), or PX (set, add). Results: a
+# get's value (nil when absent), 1 or 0 for the others, nil when skipped.
+_BATCH = """
+local out, last = {}, nil
+for i = 1, #KEYS do
+  local name, cond, value = ARGV[4 * i - 3], ARGV[4 * i - 2], ARGV[4 * i - 1]
+  local px, r = ARGV[4 * i], 0
+  if (cond == '1' and last ~= 1) or (cond == '0' and last == 1) then r = false
+  elseif name == 'get' then r = redis.call('GET', KEYS[i])
+  elseif name == 'swap' then
+    local sep = string.find(px, ' ', 1, true)
+    if redis.call('GET', KEYS[i]) == string.sub(px, sep + 1) then
+      px = string.sub(px, 1, sep - 1)
+      if value == '' then redis.call('DEL', KEYS[i])
+      elseif px == '' then redis.call('SET', KEYS[i], value)
+      else redis.call('SET', KEYS[i], value, 'PX', px) end
+      r = 1
+    end
+  else
+    local args = {'SET', KEYS[i], value}
+    if name == 'add' then args[#args + 1] = 'NX' end
+    if px ~= '' then args[#args + 1] = 'PX'; args[#args + 1] = px end
+    if redis.call(unpack(args)) then r = 1 end
+  end
+  out[i], last = r, r
+end
+return out
 """
 
 
@@ -54,6 +86,7 @@ class RedisStore:
         except ValueError as exc:  # redis-py's own URL checks
             raise ConfigError(f"invalid Redis URL {url!r}: {exc}") from None
         self._swap = self._client.register_script(_SWAP)
+        self._batch = self._client.register_script(_BATCH)
 
     def _k(self, key: str) -> str:
         return self.prefix + key
@@ -92,6 +125,33 @@ class RedisStore:
             )
         except _redis.RedisError as exc:
             raise self._fail(exc) from exc
+
+    def batch(self, ops: Sequence[Op]) -> list[Any]:
+        """Several operations in one script: one round trip (see ``_base.batch``). Their
+        keys need not share a hash slot: a single server, not Redis Cluster."""
+        keys: list[str] = []
+        args: list[Any] = []
+        for op in ops:
+            px = _px(op.ttl_s)
+            ttl = "" if px is None else str(px)
+            value = "" if op.value is None and op.name == "swap" else dumps(op.value)
+            if op.name == "swap":
+                ttl = ttl + " " + dumps(op.expected)
+            elif op.name == "get":
+                value, ttl = "", ""
+            elif op.name not in ("set", "add"):
+                raise StoreError(f"unknown store operation {op.name!r}")
+            cond = "" if op.only_if is None else ("1" if op.only_if else "0")
+            keys.append(self._k(op.key))
+            args += (op.name, cond, value, ttl)
+        try:
+            replies = self._batch(keys=keys, args=args)
+        except _redis.RedisError as exc:
+            raise self._fail(exc) from exc
+        return [
+            loads(r) if op.name == "get" else (None if r is None else r == 1)
+            for op, r in zip(ops, replies, strict=True)
+        ]
 
     def delete(self, key: str) -> None:
         try:

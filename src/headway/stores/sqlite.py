@@ -5,12 +5,17 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import StoreError
-from ._base import dumps, loads
+from ._base import Op, dumps, loads, skipped
 
+_LIVE = "(gc_at IS NULL OR gc_at > ?)"
+_UPSERT = (
+    "INSERT INTO headway_kv (key, value, gc_at) VALUES (?, ?, ?) "
+    "ON CONFLICT(key) DO UPDATE SET value = excluded.value, gc_at = excluded.gc_at"
+)
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS headway_kv (
     key TEXT PRIMARY KEY,
@@ -125,6 +130,71 @@ class SQLiteStore:
 
     def delete(self, key: str) -> None:
         self._run("DELETE FROM headway_kv WHERE key = ?", (key,))
+
+    def batch(self, ops: Sequence[Op]) -> list[Any]:
+        """Several operations, their writes committed once (see ``_base.batch``)."""
+        nowait = getattr(self._local, "inline", False)
+        conn = self._conn(nowait)
+        # a transaction only to commit several writes once (each is atomic on its own)
+        writes = sum(op.name != "get" for op in ops) > 1
+        try:
+            if writes:
+                conn.execute("BEGIN IMMEDIATE")  # the write lock first: no upgrade deadlock
+            try:
+                results = self._each(conn, ops)
+                if writes:
+                    conn.execute("COMMIT")
+            except BaseException:
+                if writes and conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            # inline, a lock held elsewhere undid the batch (rolled back, or its one write
+            # not made): the caller may run it again in a thread, where it waits
+            if nowait and _busy(exc):
+                raise BlockingIOError(f"SQLite store {self.path!r} is locked") from exc
+            raise StoreError(f"SQLite store {self.path!r}: {exc}") from exc
+        return results
+
+    def _each(self, conn: sqlite3.Connection, ops: Sequence[Op]) -> list[Any]:
+        results: list[Any] = []
+        last: Any = None
+        now = time.time()
+        for op in ops:
+            key = op.key
+            if skipped(op, last):
+                last = None
+            elif op.name == "get":
+                row = conn.execute(
+                    f"SELECT value FROM headway_kv WHERE key = ? AND {_LIVE}", (key, now)
+                ).fetchone()
+                last = loads(row[0]) if row else None
+            elif op.name == "set":
+                conn.execute(_UPSERT, (key, dumps(op.value), self._gc(op.ttl_s)))
+                last = True
+            elif op.name == "add":
+                cur = conn.execute(
+                    _UPSERT + " WHERE headway_kv.gc_at IS NOT NULL AND headway_kv.gc_at <= ?",
+                    (key, dumps(op.value), self._gc(op.ttl_s), now),
+                )
+                last = cur.rowcount == 1
+            elif op.name == "swap" and op.value is None:
+                cur = conn.execute(
+                    f"DELETE FROM headway_kv WHERE key = ? AND value = ? AND {_LIVE}",
+                    (key, dumps(op.expected), now),
+                )
+                last = cur.rowcount == 1
+            elif op.name == "swap":
+                cur = conn.execute(
+                    f"UPDATE headway_kv SET value = ?, gc_at = ? "
+                    f"WHERE key = ? AND value = ? AND {_LIVE}",
+                    (dumps(op.value), self._gc(op.ttl_s), key, dumps(op.expected), now),
+                )
+                last = cur.rowcount == 1
+            else:
+                raise StoreError(f"unknown store operation {op.name!r}")
+            results.append(last)
+        return results
 
     def purge(self) -> int:
         """Delete rows whose garbage-collection time has passed; the number deleted."""

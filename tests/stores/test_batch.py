@@ -1,0 +1,125 @@
+"""``batch``: several store operations in one round trip, on every store (and signed)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+import headway
+from conftest import present
+from headway.stores._base import Op, batch, one_by_one
+from headway.stores._signed import SignedStore
+
+
+def test_a_batch_returns_what_each_single_operation_returns(store: headway.Store) -> None:
+    store.set("held", {"n": 1})
+    store.set("taken", {"x": 0})
+    store.set("gone", {"x": 1})
+    results = batch(
+        store,
+        [
+            Op("get", "absent"),
+            Op("add", "new", {"x": 1}, ttl_s=60),
+            Op("add", "taken", {"x": 2}),
+            Op("get", "taken", only_if=False),  # read after its failed write
+            Op("swap", "held", {"n": 2}, {"n": 1}, 60),
+            Op("swap", "other", {"n": 3}, {"n": 1}),
+            Op("set", "other", ["é", 1.5]),
+            Op("swap", "gone", None, {"x": 1}),
+        ],
+    )
+    assert results == [None, True, False, {"x": 0}, True, False, True, True]
+    assert store.get("new") == {"x": 1}
+    assert store.get("gone") is None
+    assert store.get("held") == {"n": 2}
+    assert store.get("other") == ["é", 1.5]
+
+
+def test_an_operation_only_if_runs_after_its_predecessor_succeeds_or_fails(
+    store: headway.Store,
+) -> None:
+    store.set("k", {"v": 1})
+    results = batch(
+        store,
+        [
+            Op("swap", "k", {"v": 2}, {"v": 0}),  # fails
+            Op("set", "a", 1, only_if=True),  # skipped
+            Op("set", "b", 1, only_if=True),  # skipped after a skipped one
+            Op("get", "k", only_if=False),  # performed: the one before did not succeed
+            Op("add", "c", 1),
+            Op("get", "c", only_if=False),  # skipped: the add succeeded
+            Op("get", "k", only_if=True),  # skipped: a get never "succeeds"
+        ],
+    )
+    assert results == [False, None, None, {"v": 1}, True, None, None]
+    assert store.get("a") is None and store.get("b") is None
+
+
+def test_a_batch_refuses_an_unknown_operation_and_a_non_json_value(
+    store: headway.Store,
+) -> None:
+    with pytest.raises(headway.StoreError):
+        batch(store, [Op("incr", "k")])
+    with pytest.raises(headway.StoreError):
+        batch(store, [Op("set", "k", object())])
+    assert store.get("k") is None
+
+
+def test_concurrent_batched_swaps_lose_no_increment(store: headway.Store) -> None:
+    store.set("n", {"n": 0})
+
+    def bump() -> None:
+        for _ in range(30):
+            while True:
+                cur = store.get("n")
+                new = {"n": present(cur)["n"] + 1}
+                done = batch(store, [Op("swap", "n", new, cur), Op("set", "x", 1, only_if=True)])
+                if done[0]:
+                    break
+
+    threads = [threading.Thread(target=bump) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert store.get("n") == {"n": 120}
+
+
+def test_a_store_without_batch_performs_the_operations_one_by_one() -> None:
+    class Plain:  # the five operations only, as a user's own store may have
+        def __init__(self) -> None:
+            self.inner = headway.MemoryStore()
+            self.calls: list[str] = []
+
+        def __getattr__(self, name: str) -> Any:
+            if name not in ("get", "set", "add", "swap", "delete"):
+                raise AttributeError(name)
+            self.calls.append(name)
+            return getattr(self.inner, name)
+
+    plain = Plain()
+    ops = [Op("add", "k", 1), Op("swap", "j", 2, 1, only_if=True), Op("get", "i")]
+    assert batch(plain, ops) == one_by_one(headway.MemoryStore(), ops) == [True, False, None]
+    assert plain.calls == ["add", "swap", "get"]
+
+
+def test_a_signed_store_signs_what_a_batch_writes_and_checks_what_it_reads(
+    store: headway.Store,
+) -> None:
+    signed = SignedStore(store, "secret")
+    assert batch(signed, [Op("set", "c", {"v": 1}), Op("add", "a:idem:k", {"s": 1})]) == [
+        True,
+        True,
+    ]
+    assert signed.get("c") == {"v": 1} and set(present(store.get("c"))) == {"hmac", "v"}
+    assert batch(signed, [Op("swap", "c", {"v": 2}, {"v": 0}), Op("get", "c", only_if=False)]) == [
+        False,
+        {"v": 1},
+    ]
+    store.set("c", {"hmac": "0" * 64, "v": {"v": 3}})  # forged: read as absent
+    assert batch(signed, [Op("get", "c")]) == [None]
+    store.set("a:idem:k", {"hmac": "0" * 64, "v": {"s": 2}})  # a forged idempotency record
+    with pytest.raises(headway.StoreError, match="integrity"):
+        batch(signed, [Op("get", "a:idem:k")])
