@@ -501,12 +501,8 @@ def test_the_span_and_the_audit_record_of_a_tool_call_carry_its_tool_call_id(mod
     assert [r["call_id"] for r in audit.records("t-ids")] == ["c1", "c2"]
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_a_tool_call_uses_the_session_its_model_turn_opened(mode: str, tmp_path: Path) -> None:
-    # a session shared through the store is read when a handle opens: once per model turn,
-    # not again for each tool call (the call itself reads the record before it runs)
-    gov = headway.Governor(headway.SQLiteStore(str(tmp_path / "store.db")))
-    gov.register("page", None, effect="read")
+def sessions_opened(gov: headway.Governor) -> list[str]:
+    """The run ids ``gov.session`` opens from now on, in order."""
     opened: list[str] = []
     open_session = gov.session
 
@@ -515,12 +511,22 @@ def test_a_tool_call_uses_the_session_its_model_turn_opened(mode: str, tmp_path:
         return open_session(run_id, **options)
 
     gov.session = session  # type: ignore[method-assign]
+    return opened
 
-    @tool
-    def page(n: int) -> str:
-        """One page."""
-        return f"page {n}"
 
+@tool
+def page(n: int) -> str:
+    """One page."""
+    return f"page {n}"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_tool_call_uses_the_session_its_model_turn_opened(mode: str, tmp_path: Path) -> None:
+    # a session shared through the store is read when a handle opens: once per model turn,
+    # not again for each tool call (the call itself reads the record before it runs)
+    gov = headway.Governor(headway.SQLiteStore(str(tmp_path / "store.db")))
+    gov.register("page", None, effect="read")
+    opened = sessions_opened(gov)
     turns = [("page", {"n": 1})], [("page", {"n": 2}), ("page", {"n": 3})], [("page", {"n": 4})]
     agent = create_agent(
         ScriptedModel(messages=calls(*turns)), [page], middleware=[HeadwayMiddleware(gov)]
@@ -533,20 +539,7 @@ def test_a_tool_call_uses_the_session_its_model_turn_opened(mode: str, tmp_path:
 
 def test_a_custom_graphs_tool_node_opens_its_session_once() -> None:
     gov = headway.Governor()
-    opened: list[str] = []
-    open_session = gov.session
-
-    def session(run_id: str, **options: Any) -> headway.Session:
-        opened.append(run_id)
-        return open_session(run_id, **options)
-
-    gov.session = session  # type: ignore[method-assign]
-
-    @tool
-    def page(n: int) -> str:
-        """One page."""
-        return f"page {n}"
-
+    opened = sessions_opened(gov)
     graph = StateGraph(MessagesState)
     graph.add_node("tools", governed_tool_node(gov, [page]))
     graph.add_edge(START, "tools")
@@ -560,13 +553,12 @@ def test_a_custom_graphs_tool_node_opens_its_session_once() -> None:
     assert len(gov.audit_records("t-node")) == 3
 
 
-def test_the_table_of_open_sessions_keeps_the_most_recent(monkeypatch: pytest.MonkeyPatch) -> None:
-    from headway.integrations import _common
+def test_the_table_of_open_sessions_keeps_the_most_recent() -> None:
+    from headway._recent import Recent
 
-    monkeypatch.setattr(_common, "LIVE", 3)
-    table: dict[str, int] = {}
+    table: Recent[int] = Recent(limit=3)
     for key in "abcd":
-        _common.remember(table, key, ord(key))
-    _common.remember(table, "b", 0)  # used again: the most recent
-    _common.remember(table, "e", 1)
-    assert list(table) == ["d", "b", "e"]
+        table.put(key, ord(key))
+    table.put("b", 0)  # used again: the most recent
+    table.put("e", 1)
+    assert list(table) == ["d", "b", "e"] and table["b"] == 0

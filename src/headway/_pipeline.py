@@ -65,7 +65,7 @@ def begin(
             f"arguments must be a mapping of names to values, not {type(args).__name__}"
         )
     canon = canonical_json(args)
-    spec = gov._specs.get(name)  # gov.spec(name), without its frame
+    spec = gov.spec(name)
     if spec is None and run is not None:
         spec = gov.register(name, None)  # a tool the framework runs, undeclared: a write
     c = _new_call(gov, spec, name, args, canon, now)
@@ -277,7 +277,7 @@ def _served(gov: Governor, st: SessionState, c: Call, entry: Any) -> bool:
     spec = c.spec
     fresh = entry if _fresh(gov, spec, entry) else None
     # a TTL read whose entry expired is a fresh look, not a repeat
-    monitor = st.monitor if c.agent is None else st.monitor_of(c.agent)
+    monitor = st.monitor_of(c.agent)
     if (fresh is not None or not spec.ttl) and monitor.may_correct(c.key):
         with st.lock:
             shown = summarize(c.canon, spec.redact_names, 300)  # never a secret in a correction

@@ -110,7 +110,7 @@ def _judge(gov: Governor, st: SessionState, c: Call, now: float) -> _Judged:
     mark = "neutral"
     correction = c.correction
     stop: Stop | None = None
-    monitor = st.monitor if c.agent is None else st.monitor_of(c.agent)
+    monitor = st.monitor_of(c.agent)
     if c.known and not c.coalesced:
         status = c.status
         if status is CACHED and c.agent is not None and not monitor.may_correct(c.key):

@@ -49,6 +49,7 @@ from ._call import Call, describe
 from ._canonical import _to_json, canonical_json, digest
 from ._effects import Blocking, Plan, Sleep
 from ._leases import Held, Keeper
+from ._recent import Recent
 from .errors import ArgumentError, KeyReuseError, StoreError
 from .outcome import ERROR, EXECUTED, REPLAYED, UNKNOWN, error_info
 from .stores._base import Op, batch, in_one_trip, one_by_one
@@ -201,14 +202,6 @@ class LateResults:
             self._by_key.pop(key, None)
 
 
-class _Bounded(dict[str, Any]):
-    def put(self, key: str, value: Any) -> None:
-        self.pop(key, None)
-        self[key] = value
-        while len(self) > 10_000:
-            self.pop(next(iter(self)))
-
-
 class Writes:
     """The write path: what happens to a write before and after its tool runs."""
 
@@ -216,9 +209,9 @@ class Writes:
         self.late = LateResults()
         self.keeper = Keeper()
         # keys this process saw settled: a record that then disappears was lost by the store
-        self.used = _Bounded()
+        self.used: Recent[bool] = Recent()
         # records of other owners we are watching: rkey -> (owner, beat, first seen)
-        self._seen = _Bounded()
+        self._seen: Recent[Any] = Recent()
 
     # -- before the tool runs ---------------------------------------------------------
 

@@ -1,22 +1,16 @@
 """What every integration needs: a spec for a tool the framework runs, the step id of one
-of its tool calls, a bounded table of the sessions its runs have open, and the lazy import
-of the framework itself."""
+of its tool calls, and the lazy import of the framework itself."""
 
 from __future__ import annotations
 
 import importlib
-import threading
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .._session import Governor
     from .._spec import ToolSpec
-
-V = TypeVar("V")
-LIVE = 10_000  # runs whose session an integration keeps at hand (as the Governor keeps states)
-_TABLES = threading.Lock()  # a framework's threads may open sessions at once
 
 
 def require(module: str, extra: str) -> ModuleType:
@@ -46,14 +40,3 @@ def step_of(call_id: str | None, spec: ToolSpec | None = None) -> str | None:
     if not call_id or (spec is not None and spec.effect == "read"):
         return None
     return f"call:{call_id}"
-
-
-def remember(table: MutableMapping[str, V], key: str, value: V) -> V:
-    """Keep ``value`` under ``key``, the table bounded to the ``LIVE`` most recent keys (the
-    oldest forgotten first: a forgotten run's session is opened again when next needed)."""
-    with _TABLES:
-        table.pop(key, None)  # re-inserted: the most recent again
-        table[key] = value
-        while len(table) > LIVE:
-            del table[next(iter(table))]
-    return value

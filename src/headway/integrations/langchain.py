@@ -18,7 +18,8 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NotRequired, cast
 
-from ._common import declare, remember, require, step_of
+from .._recent import Recent
+from ._common import declare, require, step_of
 
 require("langchain.agents", "langchain")
 
@@ -82,7 +83,7 @@ class HeadwayMiddleware(AgentMiddleware[HeadwayState, Any]):
         self.on_stop = on_stop
         self.key_of = idempotency_key
         self.tools: Sequence[BaseTool] = []
-        self._open: dict[str, Session] = {}  # session id -> the handle of its latest turn
+        self._open: Recent[Session] = Recent()  # session id -> the handle of its latest turn
 
     # -- model calls: the session, user turns, model turns, the end on a stop ---------
     # (inside the model node, so headway adds no graph step to the agent loop)
@@ -117,7 +118,7 @@ class HeadwayMiddleware(AgentMiddleware[HeadwayState, Any]):
         if not sid:  # no thread: this invoke() is its own session, named in the state
             sid = update["headway_session"] = uuid.uuid4().hex
         sid = str(sid)
-        session = remember(self._open, sid, self.gov.session(sid))
+        session = self._open.put(sid, self.gov.session(sid))
         messages = request.messages
         for message in reversed(messages):
             if not isinstance(message, ToolMessage):
@@ -221,7 +222,7 @@ class HeadwayMiddleware(AgentMiddleware[HeadwayState, Any]):
             )
         sid = str(sid)
         session = self._open.get(sid)  # opened by this turn's model call, or an earlier call
-        return remember(self._open, sid, self.gov.session(sid)) if session is None else session
+        return self._open.put(sid, self.gov.session(sid)) if session is None else session
 
 
 def governed_tool_node(gov: Governor, tools: Sequence[Any], **options: Any) -> ToolNode:

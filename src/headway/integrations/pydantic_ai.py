@@ -14,10 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._recent import Recent
 from .._session import Governor, Session
 from ..errors import BudgetExceeded, LoopDetected, Stop
 from ..outcome import Status
-from ._common import declare, remember, require, step_of
+from ._common import declare, require, step_of
 
 require("pydantic_ai", "pydantic-ai")
 
@@ -59,8 +60,8 @@ class HeadwayCapability(AbstractCapability[Any]):
     """Governs every tool call of the agent it is given to."""
 
     gov: Governor
-    _runs: dict[str, tuple[str | None, Session]] = field(
-        default_factory=dict, init=False, repr=False
+    _runs: Recent[tuple[str | None, Session]] = field(
+        default_factory=Recent, init=False, repr=False
     )
 
     def _session(self, ctx: RunContext[Any]) -> Session:
@@ -70,7 +71,7 @@ class HeadwayCapability(AbstractCapability[Any]):
             return known[1]
         session = self.gov.session(sid)  # a new run of the conversation: a new user input
         session.user_turn()
-        remember(self._runs, sid, (ctx.run_id, session))
+        self._runs.put(sid, (ctx.run_id, session))
         return session
 
     async def wrap_tool_execute(

@@ -4,8 +4,9 @@ Everything headway keeps (cache entries, idempotency records, cache generations,
 breaker state) is built from these five operations, so one contract suite checks every
 store. A store may also offer ``batch(ops)``: several of them in one round trip (a keyed
 write sends its claim with the session's record read, and its result with the record's
-swap); ``batch()`` below performs them one by one for a store that does not. Values are JSON, never pickle; ``swap`` compares the stored JSON text exactly,
-which is why values are always written in one canonical form (sorted keys).
+swap); ``batch()`` below performs them one by one for a store that does not. Values are
+JSON, never pickle; ``swap`` compares the stored JSON text exactly, which is why values
+are always written in one canonical form (sorted keys).
 
 ``ttl_s`` only collects garbage: expiry that matters (a cache entry's freshness, an
 idempotency record's 24 h) is decided by headway with its own injectable clock.

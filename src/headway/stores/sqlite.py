@@ -9,13 +9,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import StoreError
-from ._base import Op, dumps, loads, skipped
+from ._base import Op, dumps, loads, one_by_one
 
-_LIVE = "(gc_at IS NULL OR gc_at > ?)"
-_UPSERT = (
-    "INSERT INTO headway_kv (key, value, gc_at) VALUES (?, ?, ?) "
-    "ON CONFLICT(key) DO UPDATE SET value = excluded.value, gc_at = excluded.gc_at"
-)
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS headway_kv (
     key TEXT PRIMARY KEY,
@@ -141,7 +136,8 @@ class SQLiteStore:
             if writes:
                 conn.execute("BEGIN IMMEDIATE")  # the write lock first: no upgrade deadlock
             try:
-                results = self._each(conn, ops)
+                # the single operations, on this thread's connection: inside the transaction
+                results = one_by_one(self, ops)
                 if writes:
                     conn.execute("COMMIT")
             except BaseException:
@@ -154,46 +150,6 @@ class SQLiteStore:
             if nowait and _busy(exc):
                 raise BlockingIOError(f"SQLite store {self.path!r} is locked") from exc
             raise StoreError(f"SQLite store {self.path!r}: {exc}") from exc
-        return results
-
-    def _each(self, conn: sqlite3.Connection, ops: Sequence[Op]) -> list[Any]:
-        results: list[Any] = []
-        last: Any = None
-        now = time.time()
-        for op in ops:
-            key = op.key
-            if skipped(op, last):
-                last = None
-            elif op.name == "get":
-                row = conn.execute(
-                    f"SELECT value FROM headway_kv WHERE key = ? AND {_LIVE}", (key, now)
-                ).fetchone()
-                last = loads(row[0]) if row else None
-            elif op.name == "set":
-                conn.execute(_UPSERT, (key, dumps(op.value), self._gc(op.ttl_s)))
-                last = True
-            elif op.name == "add":
-                cur = conn.execute(
-                    _UPSERT + " WHERE headway_kv.gc_at IS NOT NULL AND headway_kv.gc_at <= ?",
-                    (key, dumps(op.value), self._gc(op.ttl_s), now),
-                )
-                last = cur.rowcount == 1
-            elif op.name == "swap" and op.value is None:
-                cur = conn.execute(
-                    f"DELETE FROM headway_kv WHERE key = ? AND value = ? AND {_LIVE}",
-                    (key, dumps(op.expected), now),
-                )
-                last = cur.rowcount == 1
-            elif op.name == "swap":
-                cur = conn.execute(
-                    f"UPDATE headway_kv SET value = ?, gc_at = ? "
-                    f"WHERE key = ? AND value = ? AND {_LIVE}",
-                    (dumps(op.value), self._gc(op.ttl_s), key, dumps(op.expected), now),
-                )
-                last = cur.rowcount == 1
-            else:
-                raise StoreError(f"unknown store operation {op.name!r}")
-            results.append(last)
         return results
 
     def purge(self) -> int:
