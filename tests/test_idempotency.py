@@ -875,6 +875,76 @@ def test_an_abandoned_attempt_that_fails_late_leaves_the_key_unknown_without_rec
     assert calls == [1]
 
 
+def _charges_then_fails(charges: list[str], hold: Any) -> Any:
+    """pay(order): ``hold()`` (past the timeout), charges, then fails as a reset does."""
+
+    def pay(order: str) -> None:
+        hold()
+        charges.append(order)
+        raise ConnectionError("reset after the charge")
+
+    return pay
+
+
+def _retrying_write(gov: headway.Governor, pay: Any, charges: list[str]) -> None:
+    gov.register(
+        "pay",
+        pay,
+        effect="write",
+        timeout=0.03,
+        breaker=False,
+        classify=lambda exc: headway.retry.RETRYABLE,  # even a reset after the charge
+        retry=headway.Retry(attempts=3, initial_s=0.0, jitter=False),
+        reconcile=lambda key, args: {"charged": args["order"]} if charges else None,
+    )
+
+
+def test_a_write_failing_after_its_timeout_is_unknown_when_its_caller_looks_late() -> None:
+    """The tool charges and fails after its 30 ms timeout, and its caller gets to look
+    only once it has ended (its thread keeps the interpreter, as on a loaded machine): the
+    attempt is the timeout it was (UNKNOWN, not a retryable error to retry), and the next
+    use of the key reconciles it. One charge, whenever the caller woke."""
+    import sys
+
+    def busy() -> None:  # holds the interpreter: no thread switch until it ends
+        end = time.perf_counter() + 0.15
+        while time.perf_counter() < end:
+            pass
+
+    charges: list[str] = []
+    gov = headway.Governor(audit=[])
+    _retrying_write(gov, _charges_then_fails(charges, busy), charges)
+    s = gov.session("r")
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(30.0)
+    try:
+        first = s.call("pay", {"order": "o"}, idempotency_key="k")
+    finally:
+        sys.setswitchinterval(interval)
+    assert first.status is Status.UNKNOWN and charges == ["o"], (first, charges)
+    again = s.call("pay", {"order": "o"}, idempotency_key="k")
+    assert again.status is Status.REPLAYED and charges == ["o"]
+
+
+async def test_an_async_write_failing_after_its_timeout_is_unknown_when_the_loop_looks_late() -> (
+    None
+):
+    """The same with ``acall``: the loop is busy past the timeout, so the tool's wake-up
+    and the timer are both ready when it looks, the wake-up first. The attempt is still
+    judged by when the tool ended: UNKNOWN, one charge, reconciled on the next use."""
+    import asyncio
+
+    charges: list[str] = []
+    gov = headway.Governor(audit=[])
+    _retrying_write(gov, _charges_then_fails(charges, lambda: time.sleep(0.06)), charges)
+    s = gov.session("r")
+    asyncio.get_running_loop().call_later(0.005, time.sleep, 0.3)  # the loop is busy
+    first = await s.acall("pay", {"order": "o"}, idempotency_key="k")
+    assert first.status is Status.UNKNOWN and charges == ["o"], (first, charges)
+    again = await s.acall("pay", {"order": "o"}, idempotency_key="k")
+    assert again.status is Status.REPLAYED and charges == ["o"]
+
+
 def test_a_record_the_store_lost_is_reconciled_before_anything_runs_again(
     store: headway.Store, clock: FakeClock, ledger: Ledger
 ) -> None:

@@ -11,6 +11,7 @@ import asyncio
 import concurrent.futures
 import functools
 import inspect
+import math
 import queue
 import threading
 import time
@@ -70,7 +71,7 @@ class Job:
     it gave up on while running (``abandon``) completes a Future when it ends.
     """
 
-    __slots__ = ("_claim", "_finished", "_late", "args", "error", "fn", "value", "wake")
+    __slots__ = ("_claim", "_finished", "_late", "args", "ended_at", "error", "fn", "value", "wake")
 
     def __init__(
         self, fn: Callable[..., Any], args: tuple[Any, ...], wake: Callable[[], Any]
@@ -78,6 +79,7 @@ class Job:
         self.fn, self.args, self.wake = fn, args, wake
         self.value: Any = None
         self.error: BaseException | None = None
+        self.ended_at = 0.0  # time.monotonic() when fn returned or raised
         self._claim = _new_lock()  # taken by whoever comes first: the worker or cancel()
         self._finished = False
         self._late: concurrent.futures.Future[Any] | None = None
@@ -89,6 +91,7 @@ class Job:
             self.value = self.fn(*self.args)
         except BaseException as exc:
             self.error = exc
+        self.ended_at = time.monotonic()
         self.fn = self.args = None  # type: ignore[assignment]  # hold no arguments once run
         # no lock with abandon(): each side writes its flag, then reads the other's (under
         # the GIL, in that order), so at least one of them sees both
@@ -158,11 +161,15 @@ class Threads:
         self, fn: Callable[..., Any], args: tuple[Any, ...], timeout: float | None
     ) -> tuple[Job, bool]:
         """Run ``fn(*args)`` in a pool thread and wait up to ``timeout`` seconds: the job,
-        and whether it ended (then read ``outcome()``; else ``cancel()`` or ``abandon()``)."""
+        and whether it ended in time (then read ``outcome()``; else see ``_timed_out``)."""
         done = _new_lock()
         done.acquire()
+        if timeout is None:
+            job = self.start(fn, args, done.release)
+            return job, done.acquire()
+        deadline = time.monotonic() + timeout
         job = self.start(fn, args, done.release)
-        return job, done.acquire(True, -1 if timeout is None else timeout)
+        return job, done.acquire(True, timeout) and _in_time(job, deadline)
 
     def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` in a pool thread (an event loop of its own, say), waited for."""
@@ -210,14 +217,28 @@ def _call_through(fn: Callable[..., Any], kwargs: Mapping[str, Any]) -> Any:
     return result
 
 
+def _in_time(job: Job, deadline: float) -> bool:
+    """Whether a job that has ended answered within its attempt's timeout. A failure after
+    the deadline is the timeout it was (a write is UNKNOWN: it may have acted first),
+    however soon its caller got to look: a thread that kept the CPU past the deadline, or
+    a busy event loop, must not turn a timeout into a retryable error. A result is a
+    result, late or not."""
+    return job.error is None or job.ended_at < deadline
+
+
 def _timed_out(job: Job, timeout: float | None) -> Any:
     """The caller's wait for ``job`` ended without its outcome."""
     if job.cancel():  # it had not started yet: it never will
         raise AttemptTimeout(timeout or 0.0, None)
     late = job.abandon()
-    if late is None:  # it ended just as the wait did: in time after all
-        return job.outcome()
-    raise AttemptTimeout(timeout or 0.0, late)  # it runs on, abandoned
+    if late is None:  # it ended as the wait gave up, or before the waiter could look
+        if job.error is None:
+            return job.value  # its result is here: nothing is unknown about it
+        # it failed after its timeout (see _in_time): handed on as an attempt that failed late
+        late = concurrent.futures.Future()
+        late.set_running_or_notify_cancel()
+        _complete(late, job)
+    raise AttemptTimeout(timeout or 0.0, late)  # it runs on, abandoned, or failed late
 
 
 def _attempt_sync(e: Attempt, sleep: Callable[[float], None]) -> Any:
@@ -269,6 +290,7 @@ async def _attempt_async(e: Attempt) -> Any:
     # the thread wakes the loop with one callback (no wrapped Future, no task)
     loop = asyncio.get_running_loop()
     ended: asyncio.Future[bool] = loop.create_future()  # True: the job ran; False: timeout
+    deadline = math.inf if e.timeout is None else time.monotonic() + e.timeout
     job = _pool.start(_call_through, (e.fn, e.kwargs), functools.partial(_wake, loop, ended))
     # a timer that answers False, not asyncio.timeout: no task cancellation, no coroutines
     timer = None if e.timeout is None else loop.call_later(e.timeout, _resolve, ended, False)
@@ -277,7 +299,9 @@ async def _attempt_async(e: Attempt) -> Any:
     finally:
         if timer is not None:
             timer.cancel()
-    return job.outcome() if in_time else _timed_out(job, e.timeout)
+    # the job's wake-up and the timer can both be ready when a busy loop looks, the
+    # wake-up first: the job's own end time says whether it was in time
+    return job.outcome() if in_time and _in_time(job, deadline) else _timed_out(job, e.timeout)
 
 
 def _wake(loop: asyncio.AbstractEventLoop, ended: asyncio.Future[bool]) -> None:
