@@ -152,7 +152,7 @@ def error_result(value: Any) -> bool:
         return value[:6].lower() == "error:"
     if value is None or isinstance(value, int | float | list | tuple):
         return False
-    if isinstance(value, Mapping):
+    if type(value) is dict or isinstance(value, Mapping):  # a dict skips the ABC's check
         flag = value.get("isError", value.get("is_error"))
         return flag is True if flag is not None else bool(value.get("error"))
     flag = getattr(value, "isError", getattr(value, "is_error", None))
