@@ -122,3 +122,77 @@ def test_a_correction_quoting_a_long_result_still_counts_what_it_leaves_out() ->
     outs = [s.call("status", {"job": 1}) for _ in range(3)]
     correction = outs[-1].to_model()
     assert f"... [{len(text) - 1500} more characters]" in correction, correction[-200:]
+
+
+def _cache_entries(store: headway.MemoryStore) -> list[str]:
+    return [key for key in store._data if ":cache:" in key]
+
+
+def test_a_write_drops_the_cache_entries_it_made_stale_from_the_memory_store() -> None:
+    """Every write makes the session's cached reads stale: their entries can never be
+    served again, so the store drops them when the next epoch's entry is written, instead
+    of keeping one stale entry per read until its 100,000-entry bound (issue 17)."""
+    store = headway.MemoryStore()
+    gov = headway.Governor(store=store, audit=[], no_progress_limit=10**6)
+    gov.register("fetch", lambda url: "page " + url, effect="read", deterministic=True)
+    gov.register("save", lambda path: {"ok": True}, effect="write")
+    s = gov.session("run-stale")
+    for i in range(100):
+        s.call("fetch", {"url": f"https://example.com/{i}"})
+        s.call("fetch", {"url": f"https://example.com/{i}/more"})
+        s.call("save", {"path": f"/tmp/{i}"})
+    assert len(_cache_entries(store)) <= 2  # the two reads since the last write at most
+    out = s.call("fetch", {"url": "https://example.com/99/more"})
+    assert out.status is headway.Status.EXECUTED  # stale: run again, never served
+    again = s.call("fetch", {"url": "https://example.com/99/more"})
+    assert again.status is headway.Status.CACHED  # the current epoch's entry is kept
+
+
+def test_a_write_keeps_the_entries_it_did_not_make_stale() -> None:
+    """What a write leaves valid is still served from the store: another session's
+    reads, a global-scope read, and reads of resources the write did not name."""
+    store = headway.MemoryStore()
+    gov = headway.Governor(store=store, audit=[], no_progress_limit=10**6)
+    gov.register("fetch", lambda url: "page " + url, effect="read", deterministic=True)
+    gov.register("quote", lambda s: {"p": 1}, effect="read", ttl=600, scope="global")
+    gov.register(
+        "read_file",
+        lambda path: "text of " + path,
+        effect="read",
+        deterministic=True,
+        resources=["path"],
+    )
+    gov.register("write_file", lambda path: None, effect="write", resources=["path"])
+    gov.register("save", lambda path: {"ok": True}, effect="write")
+    other, s = gov.session("run-other"), gov.session("run-writer")
+    other.call("fetch", {"url": "u"})
+    s.call("quote", {"s": "X"})
+    s.call("read_file", {"path": "a.py"})
+    s.call("read_file", {"path": "b.py"})
+    s.call("write_file", {"path": "a.py"})
+    s.call("read_file", {"path": "c.py"})  # an entry of the epoch after the write
+    assert s.call("read_file", {"path": "b.py"}).status is headway.Status.CACHED
+    assert s.call("read_file", {"path": "a.py"}).status is headway.Status.EXECUTED
+    s.call("save", {"path": "/tmp/x"})  # names nothing: every read of the session is stale
+    s.call("fetch", {"url": "u"})
+    s.call("read_file", {"path": "c.py"})
+    assert other.call("fetch", {"url": "u"}).status is headway.Status.CACHED
+    assert s.call("quote", {"s": "X"}).status is headway.Status.CACHED
+    assert len(_cache_entries(store)) == 4  # other's fetch, the quote, s's fetch and c.py
+
+
+def test_an_entry_of_an_older_epoch_leaves_the_newer_entries_in_place() -> None:
+    """A read that started before a write may store its result after a read of the newer
+    epoch has: that older entry must not drop the newer ones (only the newest epoch
+    supersedes)."""
+    store = headway.MemoryStore()
+    newer = "ns:cache:{run#2.2.0}:fetch:1:a"
+    store.set(newer, {"v": 1})
+    store.set("ns:cache:{run#1.1.0}:fetch:1:b", {"v": 0})
+    store.set("ns:cache:{run#2.2.0}:fetch:1:c", {"v": 2})
+    assert store.get(newer) == {"v": 1}
+    store.set("ns:cache:{run#3.3.0}:fetch:1:a", {"v": 3})
+    assert store.get(newer) is None
+    assert store.get("ns:cache:{run#2.2.0}:fetch:1:c") is None
+    store.delete("ns:cache:{run#3.3.0}:fetch:1:a")
+    assert store._epochs == {}  # a session whose entries are all gone is forgotten
