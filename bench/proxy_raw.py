@@ -43,7 +43,10 @@ def main() -> None:
             name, _, src = spec.partition("=")
             store = f"sqlite:///{tmp}/{name}.db"
             command = [sys.executable, "-m", "headway.cli", "proxy", "--store", store]
-            paths[name] = ([*command, "--", *upstream], {**os.environ, "PYTHONPATH": src})
+            # absolute: the processes run in the temporary directory, where a relative
+            # PYTHONPATH names nothing and the installed headway would run instead
+            env = {**os.environ, "PYTHONPATH": str(Path(src).resolve())}
+            paths[name] = ([*command, "--", *upstream], env)
         procs = {
             name: subprocess.Popen(
                 command,
