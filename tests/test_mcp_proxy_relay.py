@@ -281,16 +281,17 @@ async def test_a_store_file_locked_by_another_process_does_not_stop_the_relay(
     tmp_path: Path,
 ) -> None:
     """The SQLite store's file is locked by another process: the call that must write
-    waits for the lock in a thread, and the relay serves other requests meanwhile."""
+    (a cacheable read: its result goes into the store) waits for the lock in a thread,
+    and the relay serves other requests meanwhile."""
     db = tmp_path / "h.db"
     client = await RawClient.start(tmp_path, "--store", f"sqlite:///{db}")
-    await client.ask("tools/call", {"name": "echo", "arguments": {"text": "warm"}})
+    await client.ask("tools/call", {"name": "lookup", "arguments": {"key": "warm"}})
     with locked(db):
-        call = await client.request("tools/call", {"name": "echo", "arguments": {"text": "x"}})
+        call = await client.request("tools/call", {"name": "lookup", "arguments": {"key": "x"}})
         pong = await client.ask("ping", {})  # answered while the call waits for the lock
         assert pong["result"] == {}
     answer = await client.answer(call)
-    assert answer["result"]["content"][0]["text"] == "x"
+    assert answer["result"]["content"][0]["text"] == "value of x"
     assert client.proc.stdin is not None
     client.proc.stdin.close()
     async with asyncio.timeout(BOUND_S):
