@@ -223,7 +223,7 @@ def main() -> None:
                 *[sys.executable, "-m", "headway.cli", "proxy", "--store", base_db],
                 *["--", *upstream],
             ]
-            envs["headway, base"] = {**os.environ, "PYTHONPATH": args.base}
+            envs["headway, base"] = {**os.environ, "PYTHONPATH": str(Path(args.base).resolve())}
         times, cpu = asyncio.run(measure(paths, args.calls, tmp, envs))
         db, trail = str(Path(tmp) / "g.db"), str(Path(tmp) / "g.jsonl")
         inside = {

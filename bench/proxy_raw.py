@@ -8,7 +8,9 @@ its ``echo`` tool, a new argument per call): ``direct`` (the upstream itself), `
 defaults (a SQLite store and audit, a file of its own) run with the headway package of
 SRC (say ``base=/work/main/src this=src``). The paths take turns call by call; the client
 writes a line and reads lines until the answer, so its own time is small and alike for
-all. Prints each path's median and the CPU per call of its process (Linux ``/proc``).
+all. Prints each path's median and the CPU per call of its process (Linux ``/proc``), and of
+that the share of its main thread (for headway: the event loop; the rest is mostly the
+SQLite audit's writer thread).
 """
 
 from __future__ import annotations
@@ -43,7 +45,10 @@ def main() -> None:
             name, _, src = spec.partition("=")
             store = f"sqlite:///{tmp}/{name}.db"
             command = [sys.executable, "-m", "headway.cli", "proxy", "--store", store]
-            paths[name] = ([*command, "--", *upstream], {**os.environ, "PYTHONPATH": src})
+            # absolute: the processes run in the temporary directory, where a relative
+            # PYTHONPATH names nothing and the installed headway would run instead
+            env = {**os.environ, "PYTHONPATH": str(Path(src).resolve())}
+            paths[name] = ([*command, "--", *upstream], env)
         procs = {
             name: subprocess.Popen(
                 command,
@@ -68,13 +73,13 @@ def main() -> None:
         median = statistics.median(t)
         print(
             f"  {name:10s} {median * 1000:7.3f} ms ({(median - direct) * 1000:+.3f})"
-            f"   CPU {cpu[name] * 1000:6.3f} ms"
+            f"   CPU {cpu[name][0] * 1000:6.3f} ms (main thread {cpu[name][1] * 1000:6.3f})"
         )
 
 
 def measure(
     procs: dict[str, subprocess.Popen[bytes]], calls: int
-) -> tuple[dict[str, list[float]], dict[str, float]]:
+) -> tuple[dict[str, list[float]], dict[str, tuple[float, float]]]:
     hello = {"protocolVersion": "2025-06-18", "capabilities": {}}
     hello["clientInfo"] = {"name": "raw", "version": "1"}
     for proc in procs.values():
@@ -83,15 +88,21 @@ def measure(
         for i in range(30):  # warm up: imports, connections, SQLite pages
             rpc(proc, call(i + 1, f"warm {i}"))
     times: dict[str, list[float]] = {name: [] for name in procs}
-    before = {name: cpu_seconds(proc.pid) for name, proc in procs.items()}
+    before = {name: (cpu_seconds(p.pid), cpu_seconds(p.pid, p.pid)) for name, p in procs.items()}
     for i in range(calls):
         for name, proc in procs.items():
             start = time.perf_counter()
             answer = rpc(proc, call(100 + i, f"call {i}"))
             times[name].append(time.perf_counter() - start)
             assert "result" in answer, answer
-    after = {name: cpu_seconds(proc.pid) for name, proc in procs.items()}
-    return times, {name: (after[name] - before[name]) / calls for name in procs}
+    after = {name: (cpu_seconds(p.pid), cpu_seconds(p.pid, p.pid)) for name, p in procs.items()}
+    return times, {
+        name: (
+            (after[name][0] - before[name][0]) / calls,
+            (after[name][1] - before[name][1]) / calls,
+        )
+        for name in procs
+    }
 
 
 def call(rid: int, text: str) -> dict[str, Any]:
@@ -112,8 +123,10 @@ def rpc(proc: subprocess.Popen[bytes], message: dict[str, Any]) -> Any:
             return answer
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def cpu_seconds(pid: int, thread: int | None = None) -> float:
+    """User + system CPU seconds of a process, or of one of its threads."""
+    stat = Path(f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat")
+    fields = stat.read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 

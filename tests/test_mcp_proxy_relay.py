@@ -14,6 +14,7 @@ import os
 import signal
 import sqlite3
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,8 @@ except ImportError:
     pytest.skip("needs fastmcp: pip install 'headway[mcp]'", allow_module_level=True)
 
 # after the check above: without fastmcp this module skips with the extra to install
+import headway  # noqa: E402
+from headway._mcp_relay import Relay  # noqa: E402
 from test_mcp_proxy import BOUND_S, UPSTREAM, child_env, status, text  # noqa: E402
 from test_sqlite_off_the_loop import locked  # noqa: E402
 
@@ -112,16 +115,12 @@ async def test_an_upstream_that_cannot_start_is_a_clear_error_not_a_hang(tmp_pat
         await connect()
 
 
-async def test_the_relay_in_process_passes_the_handshake_and_governs_each_tools_call(
-    tmp_path: Path,
-) -> None:
-    """The relay driven line by line in this process (the upstream is a real subprocess):
-    the handshake and tools/list pass through as the upstream answered them, a closed-world
-    read runs once and its third repeat is a correction, and a malformed tools/call is a
-    JSON-RPC error naming what is missing."""
-    import headway
-    from headway._mcp_relay import Relay
+Ask = Callable[[int, str, dict[str, Any]], Awaitable[dict[str, Any]]]
 
+
+def relay_in_process(tmp_path: Path) -> tuple[Relay, Ask]:
+    """A relay driven line by line in this process (SQLite store, the upstream a real
+    subprocess), and ``ask``: a request to it and its answer."""
     gov = headway.Governor(headway.SQLiteStore(str(tmp_path / "h.db")), share_sessions=False)
     relay = Relay(gov, upstream(tmp_path), "in-process")
     seen: list[dict[str, Any]] = []
@@ -139,18 +138,28 @@ async def test_the_relay_in_process_passes_the_handshake_and_governs_each_tools_
                 await asyncio.sleep(0.01)
         return next(m for m in seen if m.get("id") == rid)
 
+    return relay, ask
+
+
+async def handshake(relay: Relay, ask: Ask) -> dict[str, Any]:
+    """The client's ``initialize`` (id 1) and ``initialized``; the answer to the first."""
+    hello = {"protocolVersion": "2025-06-18", "capabilities": {}}
+    answer = await ask(1, "initialize", {**hello, "clientInfo": {"name": "test", "version": "1"}})
+    initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    await relay.from_client(json.dumps(initialized).encode() + b"\n")
+    return answer
+
+
+async def test_the_relay_in_process_passes_the_handshake_and_governs_each_tools_call(
+    tmp_path: Path,
+) -> None:
+    """The relay driven line by line in this process (the upstream is a real subprocess):
+    the handshake and tools/list pass through as the upstream answered them, a closed-world
+    read runs once and its third repeat is a correction, and a malformed tools/call is a
+    JSON-RPC error naming what is missing."""
+    relay, ask = relay_in_process(tmp_path)
     try:
-        hello = await ask(
-            1,
-            "initialize",
-            {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "test", "version": "1"},
-            },
-        )
-        initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-        await relay.from_client(json.dumps(initialized).encode() + b"\n")
+        hello = await handshake(relay, ask)
         listing = await ask(2, "tools/list", {})
         reads = [
             await ask(3 + i, "tools/call", {"name": "lookup", "arguments": {"key": "a"}})
@@ -167,6 +176,32 @@ async def test_the_relay_in_process_passes_the_handshake_and_governs_each_tools_
     assert "identical arguments" in reads[2]["result"]["content"][0]["text"]
     assert (tmp_path / "upstream.log").read_text().count("lookup\t") == 1
     assert "needs a name" in malformed["error"]["message"]
+
+
+async def test_the_stdio_session_keeps_its_cache_epochs_in_memory_not_in_the_store(
+    tmp_path: Path,
+) -> None:
+    """A stdio proxy's session is never resumed (its id is made for the process): a write
+    makes its cached reads stale in memory (the read after it runs again) and writes no
+    epochs to the store, which keeps the record the session started with."""
+    relay, ask = relay_in_process(tmp_path)
+    gov, session_id = relay.gov, relay.session.id
+    started = gov.store.get(gov.generation_key(session_id))
+    try:
+        await handshake(relay, ask)
+        calls = [("lookup", {"key": "a"}), ("delete_record", {"record": "r1"})]
+        calls += [("lookup", {"key": "a"})]
+        answers = [
+            await ask(2 + i, "tools/call", {"name": name, "arguments": arguments})
+            for i, (name, arguments) in enumerate(calls)
+        ]
+    finally:
+        await relay.upstream.close()
+    statuses = [a["result"]["_meta"]["headway"]["status"] for a in answers]
+    assert statuses == ["executed", "executed", "executed"]
+    assert (tmp_path / "upstream.log").read_text().count("lookup\t") == 2
+    assert started is not None
+    assert gov.store.get(gov.generation_key(session_id)) == started
 
 
 class RawClient:
@@ -246,16 +281,17 @@ async def test_a_store_file_locked_by_another_process_does_not_stop_the_relay(
     tmp_path: Path,
 ) -> None:
     """The SQLite store's file is locked by another process: the call that must write
-    waits for the lock in a thread, and the relay serves other requests meanwhile."""
+    (a cacheable read: its result goes into the store) waits for the lock in a thread,
+    and the relay serves other requests meanwhile."""
     db = tmp_path / "h.db"
     client = await RawClient.start(tmp_path, "--store", f"sqlite:///{db}")
-    await client.ask("tools/call", {"name": "echo", "arguments": {"text": "warm"}})
+    await client.ask("tools/call", {"name": "lookup", "arguments": {"key": "warm"}})
     with locked(db):
-        call = await client.request("tools/call", {"name": "echo", "arguments": {"text": "x"}})
+        call = await client.request("tools/call", {"name": "lookup", "arguments": {"key": "x"}})
         pong = await client.ask("ping", {})  # answered while the call waits for the lock
         assert pong["result"] == {}
     answer = await client.answer(call)
-    assert answer["result"]["content"][0]["text"] == "x"
+    assert answer["result"]["content"][0]["text"] == "value of x"
     assert client.proc.stdin is not None
     client.proc.stdin.close()
     async with asyncio.timeout(BOUND_S):

@@ -173,6 +173,9 @@ class Relay:
     def __init__(self, gov: Governor, command: Sequence[str], session_id: str) -> None:
         self.gov = gov
         self.session = gov.session(session_id)
+        # its id is made for this process, which keeps the session: no run resumes it,
+        # so its cache epochs stay in memory (a SQLite write per call saved)
+        self.session._st.transient = True
         self.upstream = Upstream(command, self)
         self._annotations: dict[str, dict[str, Any]] = {}
         self._schemas: dict[str, Any] = {}  # each tool's output schema, if it lists one

@@ -455,7 +455,8 @@ def invalidate(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
         snapshot = dict(st.generation)
     key = gov.generation_key(st.session_id)
     if c.rider is None:
-        yield from store_op(gov, c, "set", key, snapshot, gov.cache_gc_s)
+        if not st.transient:  # else no run reads them back: a store write saved
+            yield from store_op(gov, c, "set", key, snapshot, gov.cache_gc_s)
         return
     try:
         yield from with_rider(gov, c, [Op("set", key, snapshot, ttl_s=gov.cache_gc_s)])

@@ -91,6 +91,9 @@ class SessionState:
     # multi-agent runs: each named agent's own repeat / cycle / no-progress stream
     agents: dict[str, Monitor] = dataclasses.field(default_factory=dict)
     make_monitor: Callable[[], Monitor] | None = None
+    # never resumed (a stdio proxy's session: an id made for this process): its cache
+    # epochs stay in memory, since no later run reads them back from the store
+    transient: bool = False
 
     def monitor_of(self, agent: str | None) -> Monitor:
         """The detector stream of ``agent`` (the session's own for None or its agent)."""
