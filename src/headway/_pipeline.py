@@ -315,8 +315,9 @@ def _hold(gov: Governor, st: SessionState, c: Call, entry: Any) -> None:
     every call serving one gets its own copy."""
     if not st.shared or c.spec.scope != "session" or not _fresh(gov, c.spec, entry):
         return
-    size = entry.get("n")
-    if type(size) is int and size <= _HELD_CHARS and c.cache_key is not None:
+    size, t = entry.get("n"), entry.get("t")
+    timed = type(t) is float or type(t) is int
+    if type(size) is int and size <= _HELD_CHARS and timed and c.cache_key is not None:
         gov.held.put(c.cache_key, dumps(entry))  # JSON: the store stored or returned it
 
 

@@ -39,7 +39,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import orjson
 
@@ -196,6 +196,8 @@ def _update(
             except (TypeError, ValueError) as exc:  # cannot be written: kept here only
                 new, unwritable = None, exc
         if new is None:
+            if rounds == 1:
+                _withdraw(gov, st, expected, unwritable)
             _degrade(st, c, unwritable, expected, None)
             return result
         try:
@@ -225,10 +227,8 @@ def _update(
             if not ok and current is _UNREAD:
                 current = yield Blocking(store.get, (key,))
         except Exception as exc:
-            if rounds == 1:  # the caller decides again, without what it assumed
-                with st.lock:
-                    load(st, expected, gov.clock())
-                raise Moved from exc
+            if rounds == 1:
+                _withdraw(gov, st, expected, exc)
             _degrade(st, c, exc, expected, new)
             return result
         if ok:
@@ -252,6 +252,14 @@ def _update(
     if c is not None:
         c.flag("session_state_conflict: the shared record kept changing; local state used")
     return result
+
+
+def _withdraw(gov: Governor, st: SessionState, expected: Any, exc: BaseException) -> NoReturn:
+    """A change that must be confirmed by the store (``rounds=1``) and was not: undone (the
+    state is the record's as last known again), and the caller decides anew."""
+    with st.lock:
+        load(st, expected, gov.clock())
+    raise Moved from exc
 
 
 def _degrade(st: SessionState, c: Call | None, exc: BaseException, expected: Any, new: Any) -> None:
