@@ -49,7 +49,7 @@ from ._redact import scrub
 from .budgets import Meter, diagnostic
 from .errors import BudgetExceeded, LoopDetected, Stop
 from .idempotency import flush, with_rider
-from .stores._base import Op, batch, in_one_trip
+from .stores._base import Op, in_one_trip
 
 if TYPE_CHECKING:
     from ._session import Governor
@@ -217,9 +217,10 @@ def _update(
             elif expected is None:
                 ok = yield Blocking(store.add, (key, new, ttl))
             elif in_one_trip(store):  # the record read back in the same round trip
+                # the store's own method: a SQLite store runs it on the event loop (inline)
                 done, current = yield Blocking(
-                    batch,
-                    (store, [Op("swap", key, new, expected, ttl), Op("get", key, only_if=False)]),
+                    store.batch,  # type: ignore[attr-defined]  # in_one_trip: it has one
+                    ([Op("swap", key, new, expected, ttl), Op("get", key, only_if=False)],),
                 )
                 ok = done is True
             else:
