@@ -4,11 +4,15 @@
 
 For each store (SQLite, Redis, PostgreSQL; the servers' rows are skipped when they are not
 reachable): a keyed write (a new key each call, a cached tool registered, so every write
-also invalidates the session's reads) and a cached read (the same arguments, served from
-the store), each through a session shared by workers (the default) and through today's
-in-process session on the same store (``share_sessions=False``). The two run interleaved,
-round by round, and each row is the median round. ``ops`` counts store round trips per
-call (a wrapper around the store counts them).
+also invalidates the session's reads), a cached read (64 arguments in turn, served from
+the store; a shared session's worker holds the entries it stored: ``Governor.held``) and
+the same read with nothing held (``held`` emptied before each call: the entry looked up,
+as on a worker that did not store it), each through a session shared by workers (the
+default) and through today's in-process session on the same store
+(``share_sessions=False``); last, the floor: the store alone, a cache entry's get against
+a swap of a 4.4 KB session record. The two run interleaved, round by round, and each row
+is the median round. ``ops`` counts store round trips per call (a wrapper around the store
+counts them).
 """
 
 from __future__ import annotations
@@ -67,11 +71,32 @@ def path(store: Counting, shared: bool, kind: str) -> Callable[[int], Any]:
     for sku in range(_SKUS):
         s.call("price", {"sku": sku})
 
+    held = gov.held if kind == "lookup" else {}  # "lookup": emptied before each call
+
     def read(i: int) -> Any:
+        held.clear()
         # a cycle longer than the detector window: served, never corrected
         return s.call("price", {"sku": i % _SKUS})
 
     return read
+
+
+def floor(store: Counting, swap: bool) -> Callable[[int], Any]:
+    """The store alone: a cache entry's get (what an in-process session's cached read
+    costs the store) or a swap of a 4.4 KB record (what a shared session's costs)."""
+    if not swap:
+        store.inner.set("entry", {"v": {"sku": 1, "eur": 3}, "t": 0.0, "d": "x" * 64, "n": 20})
+        return lambda i: store.get("entry")
+    pad = "x" * 4400
+    last = [f"{pad}-1"]
+    store.inner.set("record", last[0])
+
+    def swap_record(i: int) -> Any:
+        new = f"{pad}{i}"
+        assert store.swap("record", last[0], new, 86_400.0)
+        last[0] = new
+
+    return swap_record
 
 
 def measure(fn: Callable[[int], Any], store: Counting, n: int, start: int) -> tuple[float, float]:
@@ -107,9 +132,10 @@ def main() -> None:
     print("| store | path | in-process session (us, ops) | shared session (us, ops) | ratio |")
     print("|---|---|---|---|---|")
     for name, opener in stores():
-        for kind in ("write", "read"):
+        for kind in ("write", "read", "lookup", "floor"):
             made = {shared: Counting(opener()) for shared in (False, True)}
-            fns = {shared: path(made[shared], shared, kind) for shared in (False, True)}
+            make = floor if kind == "floor" else lambda st, sh, kind=kind: path(st, sh, kind)
+            fns = {shared: make(made[shared], shared) for shared in (False, True)}
             runs: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
             for r in range(a.rounds):  # interleaved: the machine's noise hits both alike
                 for shared in (False, True) if r % 2 == 0 else (True, False):
@@ -117,7 +143,12 @@ def main() -> None:
             local = statistics.median(t for t, _ in runs[False])
             shared_t = statistics.median(t for t, _ in runs[True])
             ops = {k: statistics.median(o for _, o in v) for k, v in runs.items()}
-            label = "keyed write" if kind == "write" else "cached read"
+            label = {
+                "write": "keyed write",
+                "read": "cached read",
+                "lookup": "cached read, not held",
+                "floor": "the store alone: get / swap",
+            }[kind]
             print(
                 f"| {name} | {label} | {local:.0f} ({ops[False]:.1f}) | "
                 f"{shared_t:.0f} ({ops[True]:.1f}) | {shared_t / local:.2f}x |"

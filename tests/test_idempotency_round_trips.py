@@ -1,6 +1,7 @@
 """A keyed write makes two store round trips, whatever else the call touches: its claim
 with the session record's read (or swap), its completion with the record's swap (or, in
-a session kept in the process, with the cache generation's write)."""
+a session kept in the process, with the cache generation's write). A cached read of a
+shared session makes one when this worker holds the entry, two when it looks it up."""
 
 from __future__ import annotations
 
@@ -153,9 +154,9 @@ def test_a_completion_the_store_refuses_settles_unknown_and_the_step_once(
     out = s.call("pay", {"order": 1}, idempotency_key="k")
     assert out.status is headway.Status.UNKNOWN and out.error is not None
     assert out.error["code"] == "result_not_recorded"
-    # the record's swap waited on the completion: not written with the executed step,
-    # then written with the UNKNOWN one (a read back in the same round trip)
-    assert store.batches[-1] == ["swap", "swap", "get"]
+    # the record's swap waited on the completion: not written with the executed step
+    # (a read back in the same round trip), then written with the UNKNOWN one
+    assert store.batches[-2:] == [["swap", "swap", "get"], ["swap", "get"]]
     record = orjson.loads(store.get(gov.session_key("r")))
     assert record["steps"] == 2
     assert record["mon"]["w"][-1][5] == "unknown"  # the step judged as what it became
@@ -227,3 +228,85 @@ def test_without_batch_a_claim_and_completion_stand_when_the_session_record_fail
     assert present(gov.store.get(gov.idempotency_record_key("k")))["state"] == "completed"
     store.down = False
     assert s.call("pay", {"order": 1}, idempotency_key="k").status is headway.Status.REPLAYED
+
+
+@pytest.mark.parametrize("kind", SHARED)
+@pytest.mark.parametrize("budgets", [None, headway.Budgets(tool_calls=50)])
+def test_a_cached_read_of_an_entry_this_worker_holds_makes_one_round_trip(
+    kind: str, budgets: headway.Budgets | None, tmp_path: Path
+) -> None:
+    """The worker that stored (or served) an entry under the record's cache epochs judges
+    the read with it and sends only the record's swap; another worker looks it up once."""
+    store = Counting(make_store(kind, tmp_path))
+    a, b = _gov(store), _gov(store)  # two workers on one store
+    for gov in (a, b):
+        _cached(gov)
+    sa = a.session("r", budgets=budgets)
+    for sku in (1, 2, 3):  # steps 0-2; each read twice at most: served, never corrected
+        assert sa.call("price", {"sku": sku}).status is headway.Status.EXECUTED
+    before = store.ops
+    out = sa.call("price", {"sku": 1})
+    assert out.status is headway.Status.CACHED and out.value == {"eur": 3} and out.step == 3
+    assert store.ops - before == 1
+    assert store.batches[-1] == ["swap", "get"]  # the record read back if the swap fails
+    sb = b.session("r", budgets=budgets)
+    before = store.ops
+    assert sb.call("price", {"sku": 2}).status is headway.Status.CACHED  # not held by b
+    assert store.ops - before == 2  # looked up, then the swap
+    assert sb.call("price", {"sku": 4}).executed  # stored by b, held by b
+    before = store.ops
+    assert sb.call("price", {"sku": 4}).step == 6
+    assert store.ops - before == 1
+    record = orjson.loads(store.get(a.session_key("r")))
+    assert record["steps"] == 7 and record["meter"][2] == 7  # every step counted once
+    store.close()
+
+
+@pytest.mark.parametrize("kind", SHARED)
+def test_an_entry_held_under_epochs_another_worker_moved_is_never_served(
+    kind: str, tmp_path: Path
+) -> None:
+    """Worker a holds a read's entry; worker b writes, which bumps the cache epochs in the
+    record. a's view is stale: the swap conditioned on it fails, and the read is looked up
+    under the new epochs and runs, never served from before the write."""
+    store = Counting(make_store(kind, tmp_path))
+    a, b = _gov(store), _gov(store)
+    balance = [90]
+    for gov in (a, b):
+        gov.register("balance", lambda: {"eur": balance[0]}, effect="read", deterministic=True)
+    sa, sb = a.session("r"), b.session("r")
+    assert sa.call("balance", {}).value == {"eur": 90}
+    assert sa.call("balance", {}).status is headway.Status.CACHED  # held by a
+    balance[0] = 65
+    assert sb.call("pay", {"order": 1}).executed  # b's write: the epochs move
+    out = sa.call("balance", {})
+    assert out.status is headway.Status.EXECUTED and out.value == {"eur": 65}
+    assert out.step == 3
+    assert sa.call("balance", {}).value == {"eur": 65}  # the new entry, held
+    store.close()
+
+
+def test_an_entry_held_is_not_served_while_the_store_is_down(tmp_path: Path) -> None:
+    """Reads fail open (semantics §6: executed, uncached, flagged): a swap the store does
+    not answer leaves the entry held unserved, and the step is taken once."""
+    store = Counting(headway.SQLiteStore(str(tmp_path / "s.db")))
+    gov = _gov(store)
+    calls: list[int] = []
+
+    def price(sku: int) -> dict[str, int]:
+        calls.append(sku)
+        return {"eur": 3}
+
+    gov.register("price", price, effect="read", deterministic=True)
+    s = gov.session("r")
+    s.call("price", {"sku": 1})
+    s.call("price", {"sku": 2})
+    assert s.call("price", {"sku": 1}).status is headway.Status.CACHED  # held
+    store.down = True
+    out = s.call("price", {"sku": 2})  # held too
+    assert out.status is headway.Status.EXECUTED and calls == [1, 2, 2] and out.step == 3
+    flags = s.audit_records()[-1]["flags"]
+    assert any(f.startswith("session_state_local") for f in flags)
+    assert any(f.startswith("store_error") for f in flags)
+    store.down = False
+    assert s.call("price", {"sku": 3}).step == 4

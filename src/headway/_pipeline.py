@@ -32,7 +32,7 @@ from .audit import summarize
 from .errors import ArgumentError
 from .idempotency import flush, step_key, with_rider
 from .outcome import CACHED, CORRECTED, EXECUTED, REPLAYED, UNKNOWN, Outcome, error_info
-from .stores._base import Op
+from .stores._base import Op, dumps, loads
 
 if TYPE_CHECKING:
     from ._session import Governor
@@ -147,12 +147,18 @@ def _shared_plan(gov: Governor, st: SessionState, c: Call) -> Plan[Outcome]:
     A cached read is first looked up under the cache epochs this worker last saw; served
     (or corrected), it takes and settles its step in one swap, which succeeds only if the
     epochs are still those (no other worker changed the record, no write here bumped
-    them; other threads' steps here do not count): two round trips, not three."""
+    them; other threads' steps here do not count): two round trips, not three. When this
+    worker holds the entry (``_recall``), the lookup is not made: one round trip. A swap
+    that fails, or that the store does not answer, sends the call down the full path."""
     # the cache epochs seen: other threads here taking steps move the record, not them
     seen = st.epoch
     optimistic = c.effect == "read" and not c.early and st.remote is not None and gov.enforce
     if optimistic and c.spec.cacheable():
-        entry = yield from store_op(gov, c, "get", _cache_key(gov, st, c))
+        key = _cache_key(gov, st, c)
+        entry = _recall(gov, c.spec, key)
+        if entry is None:
+            entry = yield from store_op(gov, c, "get", key)
+            _hold(gov, st, c, entry)
         if _served(gov, st, c, entry):
             try:
                 return (yield from settle_shared(gov, st, c, seen))
@@ -296,12 +302,44 @@ def _served(gov: Governor, st: SessionState, c: Call, entry: Any) -> bool:
     return False
 
 
+HELD = 512  # cache entries a governor holds for its shared sessions' reads (``Governor.held``)
+_HELD_CHARS = 16_384  # the largest result held
+
+
+def _hold(gov: Governor, st: SessionState, c: Call, entry: Any) -> None:
+    """Keep a cache entry this worker stored or served for a shared session's read. An
+    entry never changes under its key, which names the session's cache epochs (another
+    worker stores one only when it finds none, or none fresh): while the record still
+    holds those epochs, the entry held is the one the store holds. Session-scoped
+    entries only (a global entry's key names no epochs); kept as their stored text, so
+    every call serving one gets its own copy."""
+    if not st.shared or c.spec.scope != "session" or not _fresh(gov, c.spec, entry):
+        return
+    size, t = entry.get("n"), entry.get("t")
+    timed = type(t) is float or type(t) is int
+    if type(size) is int and size <= _HELD_CHARS and timed and c.cache_key is not None:
+        gov.held.put(c.cache_key, dumps(entry))  # JSON: the store stored or returned it
+
+
+def _recall(gov: Governor, spec: ToolSpec, key: str) -> dict[str, Any] | None:
+    """The entry held under ``key``, if still fresh: a read judged with it here is settled
+    only by a swap of the record that finds the epochs unchanged (``settle_shared``)."""
+    text = gov.held.get(key)
+    if text is None:
+        return None
+    entry: Any = loads(text)
+    if not _fresh(gov, spec, entry) or _age_clock(gov)() - entry["t"] >= gov.cache_gc_s:
+        return None  # expired, or the store may have collected it: looked up again
+    return entry  # type: ignore[no-any-return]
+
+
 def _read(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
     spec = c.spec
     if not c.looked_up:  # a shared store: the lookup is I/O
         entry = None
         if spec.cacheable():
             entry = yield from store_op(gov, c, "get", _cache_key(gov, st, c))
+            _hold(gov, st, c, entry)
         if _served(gov, st, c, entry):
             return
     if c.cache_key is None:
@@ -344,7 +382,9 @@ def _read(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
                     gov, c, "set", c.cache_key, entry, spec.ttl or gov.cache_gc_s
                 )
                 stored = ok is not None
-                if not stored:
+                if stored:
+                    _hold(gov, st, c, entry)
+                else:
                     c.flag("not_cached")
             else:
                 c.flag("too_large_to_cache")

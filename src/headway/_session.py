@@ -18,6 +18,7 @@ from typing import Any, TypeVar, Unpack, overload
 from . import _pipeline, _shared
 from ._call import describe
 from ._effects import Flights, drive_async, drive_sync
+from ._recent import Recent
 from ._redact import scrub
 from ._settle import check_stop, reach
 from ._spec import ToolOptions, ToolSpec, error_result, make_spec, options_from_mcp
@@ -145,6 +146,8 @@ class Governor:
         self.is_error = is_error
         self.tool_config: dict[str, dict[str, Any]] = {}
         self.flights = Flights()
+        # the cache entries this worker stored or served for its shared sessions' reads
+        self.held: Recent[str] = Recent(_pipeline.HELD)
         self.writes = Writes()
         self.breakers: dict[str, dict[str, Any]] = {}
         self.default_budgets: Budgets | None = None

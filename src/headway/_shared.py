@@ -19,6 +19,9 @@ two round trips in all. A stop read with the claim lets the claim go.
 
 A cached read does both in one swap after its lookup, which it made under the cache
 epochs this worker last saw: the swap succeeds only if the record is still that one.
+When this worker holds the entry (it stored or served it under those epochs), the
+lookup is not made: the swap alone, one round trip. A swap that fails brings the record
+back in the same round trip (``batch``).
 
 A change is a function of the session state, applied in memory to the state the record
 last held; when another worker changed the record in between, the swap fails, the
@@ -36,7 +39,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import orjson
 
@@ -46,7 +49,7 @@ from ._redact import scrub
 from .budgets import Meter, diagnostic
 from .errors import BudgetExceeded, LoopDetected, Stop
 from .idempotency import flush, with_rider
-from .stores._base import Op
+from .stores._base import Op, in_one_trip
 
 if TYPE_CHECKING:
     from ._session import Governor
@@ -154,7 +157,7 @@ def update(
     """Apply ``change`` to the session state and to its record, atomically: compare-and-set
     against the record as this worker last knew it; on a conflict read it and apply the
     change again (``rounds=1``: raise ``Moved`` instead). The store failing leaves the
-    change applied locally (flagged)."""
+    change applied locally (flagged; ``rounds=1``: undone, and ``Moved`` raised)."""
     try:
         wait = st.turns.enter()
         if wait is not None:
@@ -193,6 +196,8 @@ def _update(
             except (TypeError, ValueError) as exc:  # cannot be written: kept here only
                 new, unwritable = None, exc
         if new is None:
+            if rounds == 1:
+                _withdraw(gov, st, expected, unwritable)
             _degrade(st, c, unwritable, expected, None)
             return result
         try:
@@ -211,11 +216,20 @@ def _update(
                 ok = done is True
             elif expected is None:
                 ok = yield Blocking(store.add, (key, new, ttl))
+            elif in_one_trip(store):  # the record read back in the same round trip
+                # the store's own method: a SQLite store runs it on the event loop (inline)
+                done, current = yield Blocking(
+                    store.batch,  # type: ignore[attr-defined]  # in_one_trip: it has one
+                    ([Op("swap", key, new, expected, ttl), Op("get", key, only_if=False)],),
+                )
+                ok = done is True
             else:
                 ok = yield Blocking(store.swap, (key, expected, new, ttl))
             if not ok and current is _UNREAD:
                 current = yield Blocking(store.get, (key,))
         except Exception as exc:
+            if rounds == 1:
+                _withdraw(gov, st, expected, exc)
             _degrade(st, c, exc, expected, new)
             return result
         if ok:
@@ -239,6 +253,14 @@ def _update(
     if c is not None:
         c.flag("session_state_conflict: the shared record kept changing; local state used")
     return result
+
+
+def _withdraw(gov: Governor, st: SessionState, expected: Any, exc: BaseException) -> NoReturn:
+    """A change that must be confirmed by the store (``rounds=1``) and was not: undone (the
+    state is the record's as last known again), and the caller decides anew."""
+    with st.lock:
+        load(st, expected, gov.clock())
+    raise Moved from exc
 
 
 def _degrade(st: SessionState, c: Call | None, exc: BaseException, expected: Any, new: Any) -> None:
