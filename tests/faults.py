@@ -181,8 +181,9 @@ def schedule_worker(
 ) -> headway.Governor:
     """A worker whose wall clock is off by ``skew_s``; the tool misbehaves as scheduled."""
     # a lease far shorter than the default 30 s, yet past the stalls of a loaded machine:
-    # 24 threads share the store with the lease keeper (a PostgreSQL pool of 10), and with
-    # shared sessions every call makes more round trips (1.5 s once gave 2 duplicates)
+    # 24 threads share the store with the lease keeper (a PostgreSQL pool of 10). (The
+    # duplicates once seen at 1.5 s were most likely an attempt that failed after its
+    # timeout being retried, fixed since: docs/benchmarks.md, "Randomized fault schedules")
     lease = 3.0
     gov = headway.Governor(
         store=store,
