@@ -100,6 +100,63 @@ async def test_an_async_call_runs_its_sqlite_operations_on_the_loop_without_a_th
     gov.close()
 
 
+def charging(charges: list[str]) -> Any:
+    def pay(order: str) -> dict[str, str]:
+        charges.append(order)
+        return {"paid": order}
+
+    return pay
+
+
+@pytest.mark.parametrize("share_sessions", [False, True])
+async def test_an_async_keyed_write_sends_its_claim_and_completion_on_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, share_sessions: bool
+) -> None:
+    """The claim and the completion ride with the call's other store operations; on
+    SQLite they run on the loop as those do, not in a thread (the proxy's keyed writes)."""
+    gov = headway.Governor(
+        headway.SQLiteStore(str(tmp_path / "s.db")), share_sessions=share_sessions
+    )
+    charges: list[str] = []
+    gov.register("pay", charging(charges), effect="write")
+    gov.register("lookup", lambda key: f"v-{key}", effect="read", ttl=60)  # a cached tool
+    session = gov.session("s")
+
+    def no_thread(*_: Any, **__: Any) -> Any:
+        raise AssertionError("a thread hop for a SQLite operation")
+
+    monkeypatch.setattr(asyncio, "to_thread", no_thread)
+    first = await session.acall("pay", {"order": "o"}, idempotency_key="k")
+    again = await session.acall("pay", {"order": "o"}, idempotency_key="k")
+    assert (first.status, again.status) == (headway.Status.EXECUTED, headway.Status.REPLAYED)
+    assert charges == ["o"] and again.value == {"paid": "o"}
+    assert [r["flags"] for r in gov.audit_records("s")] == [[], []]  # no store error
+    gov.close()
+
+
+async def test_a_keyed_write_on_a_locked_store_waits_in_a_thread_and_runs_once(
+    tmp_path: Path,
+) -> None:
+    """Another process holds the file's lock: the claim cannot be made on the loop, so
+    it is made in a thread once the lock is free (nothing done twice, nothing lost)."""
+    db = tmp_path / "s.db"
+    gov = headway.Governor(headway.SQLiteStore(str(db)), share_sessions=False)
+    charges: list[str] = []
+    gov.register("pay", charging(charges), effect="write")
+    gov.register("lookup", lambda key: f"v-{key}", effect="read", ttl=60)
+    session = gov.session("s")
+    await session.acall("lookup", {"key": "warm"})  # the loop's connection is open
+    with locked(db):
+        call = asyncio.create_task(session.acall("pay", {"order": "o"}, idempotency_key="k"))
+        await asyncio.sleep(0.3)
+        assert not call.done() and charges == []  # the claim waits for the lock
+    out = await call
+    assert out.status is headway.Status.EXECUTED and charges == ["o"]
+    again = await session.acall("pay", {"order": "o"}, idempotency_key="k")
+    assert again.status is headway.Status.REPLAYED and charges == ["o"]
+    gov.close()
+
+
 async def test_a_store_locked_by_another_process_is_waited_for_in_a_thread_not_on_the_loop(
     tmp_path: Path,
 ) -> None:

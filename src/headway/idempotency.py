@@ -43,6 +43,7 @@ import math
 import pathlib
 import threading
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ._call import Call, describe
@@ -681,6 +682,9 @@ class Claim:
 
     def __init__(self, writes: Writes, gov: Governor, c: Call) -> None:
         self.writes, self.c = writes, c
+        # an event loop sends it on its own thread when the store can (SQLite's ``inline``:
+        # a batch it cannot make at once does nothing and goes to a thread, _effects._blocking)
+        self.inline: Callable[..., Any] | None = getattr(gov.store, "inline", None)
         self.rkey = gov.idempotency_record_key(c.idem_key or "")
         self.gc_s = gov.idempotency_ttl_s + 3600
         self.claim = writes._claim(gov, c, uuid.uuid4().hex, gov.clock())
@@ -722,6 +726,7 @@ class Completion:
 
     def __init__(self, writes: Writes, gov: Governor, c: Call, held: Held, done: Any) -> None:
         self.writes, self.gov, self.c, self.held, self.new = writes, gov, c, held, done
+        self.inline: Callable[..., Any] | None = getattr(gov.store, "inline", None)  # as Claim
         self._saved: bool | None = None  # None: not known to have been made
 
     def send(self, store: Any, ops: list[Op]) -> list[Any]:
