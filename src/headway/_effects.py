@@ -164,12 +164,11 @@ class Threads:
         and whether it ended in time (then read ``outcome()``; else see ``_timed_out``)."""
         done = _new_lock()
         done.acquire()
-        if timeout is None:
-            job = self.start(fn, args, done.release)
-            return job, done.acquire()
-        deadline = time.monotonic() + timeout
+        deadline = math.inf if timeout is None else time.monotonic() + timeout
         job = self.start(fn, args, done.release)
-        return job, done.acquire(True, timeout) and _in_time(job, deadline)
+        return job, done.acquire(True, -1 if timeout is None else timeout) and _in_time(
+            job, deadline
+        )
 
     def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` in a pool thread (an event loop of its own, say), waited for."""
