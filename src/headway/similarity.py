@@ -89,10 +89,20 @@ def content_units(text: str) -> frozenset[int]:
 _WORDS = re.compile(r"[^\W\d_]+")
 
 
+# ASCII letters lower-cased, every other byte a space: for ASCII text the words that
+# _WORDS finds are the runs of letters this leaves (a translate and a split in C, about a
+# fifth of the regex's time on a call's arguments)
+_ASCII_LETTERS = bytes(
+    c | 0x20 if chr(c).isascii() and chr(c).isalpha() else 32 for c in range(256)
+)
+
+
 def query_shape(args: str) -> str:
     """The words of a call's arguments, lowercased, without digits and punctuation.
     Cosmetic variants of one query share it (``launchcode*``, ``*launchcode*``,
     ``.launchcode*``; the same read at another offset); different queries do not."""
+    if args.isascii():
+        return b" ".join(args.encode().translate(_ASCII_LETTERS).split()).decode()
     return " ".join(_WORDS.findall(args.lower()))
 
 
