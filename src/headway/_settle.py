@@ -3,6 +3,8 @@ escalation and stops, the audit record, and the Outcome the caller gets."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from . import _shared
@@ -31,6 +33,9 @@ if TYPE_CHECKING:
 _WITH_TEXT = frozenset((EXECUTED, REPLAYED, FALLBACK))
 _outcome = tuple.__new__  # a NamedTuple built from its full field tuple: the cheapest way
 _WITH_VALUE = frozenset((EXECUTED, CACHED, REPLAYED, FALLBACK))
+_NO_ARGS: Mapping[str, Any] = MappingProxyType(
+    {}
+)  # a settled call's arguments: its record has their text
 _LARGE = 4096  # characters of arguments or result past which a record is made at once
 
 
@@ -212,16 +217,21 @@ def _audit(
     if c.result_digest is None and c.text is None and out.value is not None:
         c.text = result_text(out.value)  # now: the caller may change the value later
     error_code = c.error.get("code") if c.error else None
-    # a kept record must not keep the caller's runner: a framework's handler holds its
-    # per-call objects (about 45 for Pydantic AI), and what every record retains is what
-    # the garbage collector walks again and again (measured: 3x the collections)
-    c.fn = None
+    # a kept record holds only what its fields are made from: not the caller's runner (a
+    # framework's handler holds its per-call objects, about 45 for Pydantic AI), nor the
+    # arguments' dict, the result or the outcome (the record has their texts), nor an
+    # abandoned attempt. What every record retains the garbage collector walks again and
+    # again (the runner alone: 3x the collections), and the audit holds up to 10,000
+    c.fn = c.late = c.value = None
+    c.args = _NO_ARGS
     source = (
         c,
-        out,
+        out.step,
+        out.tool,
+        out.correction is not None,
         now,
         mark,
-        signals,
+        signals or None,  # most steps have none: no empty dict kept per record
         budget,
         last_progress,
         c.agent or st.agent,
@@ -246,7 +256,8 @@ def _audit(
 
 def _values(source: tuple[Any, ...]) -> list[Any]:
     """The record's values in ``audit.FIELDS`` order, from the snapshot ``_audit`` took."""
-    c, out, now, mark, signals, budget, last_progress, agent, session, error_code, stop = source
+    (c, step, tool, corrected, now, mark, signals, budget, last_progress, agent, session,
+     error_code, stop) = source  # fmt: skip
     if c.result_digest is None and c.text is not None:
         c.result_digest, c.result_size = digest(c.text), len(c.text)
     saved = 0
@@ -256,8 +267,8 @@ def _values(source: tuple[Any, ...]) -> list[Any]:
         now,
         agent,
         session,
-        out.step,
-        out.tool,
+        step,
+        tool,
         c.args_digest,
         args_field(c.canon, c.spec.redact_names),
         c.result_digest,
@@ -273,11 +284,11 @@ def _values(source: tuple[Any, ...]) -> list[Any]:
         c.breaker,
         round((now - c.started) * 1000, 3),
         mark,
-        signals,
+        {} if signals is None else signals,
         _decision(c),
         c.would,
         error_code,
-        out.correction is not None,
+        corrected,
         {"tool_calls": budget[0], "tool": budget[1], "retries": budget[2]},
         last_progress,
         saved,
