@@ -174,3 +174,41 @@ def test_an_audit_record_does_not_keep_the_runner_a_framework_passed() -> None:
     gc.collect()
     assert alive() is None
     assert len(gov.audit_records("r")) == 1  # the record is still there, unread until now
+
+
+def test_an_audit_record_keeps_neither_the_arguments_nor_the_result_objects() -> None:
+    """A record keeps the texts its fields are made from, not the caller's arguments or the
+    tool's result: the default audit keeps up to 10,000 records per session, and each object
+    a record holds is memory and a garbage collector's walk on every collection."""
+    import gc
+    import weakref
+
+    class Result:  # any object: recorded as its text
+        def __str__(self) -> str:
+            return "result-text"
+
+    class Args(dict[str, Any]):  # a dict subclass can be weakly referenced
+        pass
+
+    made: list[weakref.ref[Any]] = []
+
+    def lookup(q: str) -> Result:
+        result = Result()
+        made.append(weakref.ref(result))
+        return result
+
+    gov = headway.Governor()
+    gov.register("lookup", lookup, effect="read")
+    args = Args(q="a")
+    args_alive = weakref.ref(args)
+    with gov.session("r") as s:
+        out = s.call("lookup", args)
+        assert out.status is headway.Status.EXECUTED and isinstance(out.value, Result)
+        # the detectors keep each tool's last result (for progress=): a later call of the
+        # tool lets the first one go
+        s.call("lookup", {"q": "b"})
+    del out, args
+    gc.collect()
+    assert made[0]() is None and args_alive() is None
+    first, _ = gov.audit_records("r")  # read now, made from the texts kept
+    assert first["result_size"] == len('"result-text"') and first["args"] == '{"q":"a"}'
