@@ -82,13 +82,12 @@ class AuditRecord(Mapping[str, Any]):
 
     def estimate(self) -> int:
         """About how many bytes this record holds, without making it: until first read it
-        holds the call (its arguments twice over, as the dict and as their text, and its
-        result text); once made, its values."""
+        holds the call (its arguments' text and its result's text); once made, its values."""
         if self._make is None:
             return _RECORD_BYTES + sum(len(v) for v in self._values if isinstance(v, str))
         call = self._source[0] if self._source else None
         text = getattr(call, "text", None)
-        return _RECORD_BYTES + 2 * len(getattr(call, "canon", "")) + len(text or "")
+        return _RECORD_BYTES + len(getattr(call, "canon", "")) + len(text or "")
 
     def __iter__(self) -> Iterator[str]:
         return iter(FIELDS)
@@ -164,7 +163,7 @@ class MemoryAudit:
     ``sessions`` (the session written to least recently is dropped first). Bytes are
     estimated without walking records (``AuditRecord.estimate``) on a session's first
     record and every 64th after: the session keeps as many records as its average size
-    lets fit (a small call's record is about 1.8 KB, since until read it holds the call).
+    lets fit (a small call's record is about 1 KB, since until read it holds the call).
     """
 
     lazy = True  # holds AuditRecords; dicts are made when read
@@ -279,7 +278,7 @@ class _Kept:
         self.bytes = 0  # estimated bytes held, as of the last measure
 
 
-_RECORD_BYTES = 1_800  # a small call's record, measured with tracemalloc
+_RECORD_BYTES = 1_000  # a small call's record, measured with tracemalloc
 
 
 def record_bytes(record: Mapping[str, Any]) -> int:
