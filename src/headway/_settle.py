@@ -36,6 +36,7 @@ _WITH_VALUE = frozenset((EXECUTED, CACHED, REPLAYED, FALLBACK))
 _NO_ARGS: Mapping[str, Any] = MappingProxyType(
     {}
 )  # a settled call's arguments: its record has their text
+_DIGEST_NOW = 1024  # characters of a result past which its record keeps only its digest
 _LARGE = 4096  # characters of arguments or result past which a record is made at once
 
 
@@ -216,6 +217,12 @@ def _audit(
     """Hand the call's record to every sink; a sink that fails is reported, never raised."""
     if c.result_digest is None and c.text is None and out.value is not None:
         c.text = result_text(out.value)  # now: the caller may change the value later
+    text = c.text
+    if text is not None and len(text) >= _DIGEST_NOW and c.result_digest is None:
+        # a long result is digested now rather than kept until the record is read: the
+        # audit outlives the detector window by thousands of records (a few us for a
+        # result whose judging took a hundred times that)
+        c.result_digest, c.result_size, c.text = digest(text), len(text), None
     error_code = c.error.get("code") if c.error else None
     # a kept record holds only what its fields are made from: not the caller's runner (a
     # framework's handler holds its per-call objects, about 45 for Pydantic AI), nor the
