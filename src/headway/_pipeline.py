@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ._attempts import execute
-from ._call import Call, describe, identity, recordable, result_text
+from ._call import INLINE, Call, describe, identity, recordable, result_text
 from ._canonical import canonical_json, digest
 from ._effects import Blocking, Plan, Sleep, Wait
 from ._settle import bump, check_stop, settle, settle_shared
@@ -65,7 +65,7 @@ def begin(
             f"arguments must be a mapping of names to values, not {type(args).__name__}"
         )
     canon = canonical_json(args)
-    spec = gov.spec(name)
+    spec = gov._specs.get(name)  # not gov.spec(): one frame less on every call
     if spec is None and run is not None:
         spec = gov.register(name, None)  # a tool the framework runs, undeclared: a write
     c = _new_call(gov, spec, name, args, canon, now)
@@ -217,8 +217,10 @@ def _new_call(
     canon: str,
     now: float,
 ) -> Call:
-    args_id = identity(canon)
-    ignored = gov.ignore_fields + spec.ignore_fields if spec else gov.ignore_fields
+    args_id = canon if len(canon) <= INLINE else digest(canon)  # identity(), inline
+    ignored = gov.ignore_fields
+    if spec is not None and spec.ignore_fields:
+        ignored += spec.ignore_fields
     if ignored and any(f in args for f in ignored):
         rest = canonical_json({k: v for k, v in args.items() if k not in ignored})
         key = name + ":" + identity(rest)
@@ -283,7 +285,7 @@ def _served(gov: Governor, st: SessionState, c: Call, entry: Any) -> bool:
     spec = c.spec
     fresh = entry if _fresh(gov, spec, entry) else None
     # a TTL read whose entry expired is a fresh look, not a repeat
-    monitor = st.monitor_of(c.agent)
+    monitor = st.monitor if c.agent is None else st.monitor_of(c.agent)
     if (fresh is not None or not spec.ttl) and monitor.may_correct(c.key):
         with st.lock:
             shown = summarize(c.canon, spec.redact_names, 300)  # never a secret in a correction
