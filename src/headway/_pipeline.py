@@ -134,10 +134,13 @@ def plan(gov: Governor, st: SessionState, c: Call) -> Plan[Outcome]:
     """The rest of a call begun by ``begin()``: everything that may wait on I/O."""
     if st.shared:
         return (yield from _shared_plan(gov, st, c))
-    if c.effect == "read":
-        yield from _read(gov, st, c)
-    else:
+    if c.effect != "read":
         yield from _write(gov, st, c)
+    elif c.looked_up and c.cache_key is None:  # not cached: _read() would only run it
+        yield from execute(gov, st, c)
+        recordable(c)
+    else:
+        yield from _read(gov, st, c)
     return settle(gov, st, c)
 
 
@@ -283,7 +286,7 @@ def _fresh(gov: Governor, spec: ToolSpec, entry: Any) -> bool:
 def _served(gov: Governor, st: SessionState, c: Call, entry: Any) -> bool:
     """Serve a read from its cache entry, or correct it (§4.2); True when that settles it."""
     spec = c.spec
-    fresh = entry if _fresh(gov, spec, entry) else None
+    fresh = None if entry is None else entry if _fresh(gov, spec, entry) else None
     # a TTL read whose entry expired is a fresh look, not a repeat
     monitor = st.monitor if c.agent is None else st.monitor_of(c.agent)
     if (fresh is not None or not spec.ttl) and monitor.may_correct(c.key):
