@@ -66,9 +66,11 @@ def rows_of(h: Any, nxt: Callable[[], dict[str, Any]]) -> tuple[dict[str, Callab
         hit.call("cached", v)
     for _ in range(12_000):  # fill the audit: a hit then frees the record it replaces
         hit.call("cached", nxt())
+    fresh = overhead.fresh_args()
     return {
         "cache hit": lambda: hit.call("cached", nxt()),
         "executed, inline (timeout=None)": lambda: defaults.call("plain", nxt()),
+        "executed, inline, new arguments": lambda: defaults.call("plain", fresh()),
         "uncached read, defaults (thread)": lambda: defaults.call("uncached", nxt()),
         "unkeyed write, defaults (thread)": lambda: defaults.call("write", nxt()),
     }, defaults

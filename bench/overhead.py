@@ -4,10 +4,12 @@
 
 Prints microseconds per call and the ratio to the floor (json.dumps(sort_keys) + sha256,
 the least any argument key costs). All paths use the same small nested arguments, except
-the 17 KB rows (a text argument of 17 KB, against the floor of those arguments). The
-default-timeout rows run the tool in a worker thread; their bound is 3x the floor plus
-one raw ``ThreadPoolExecutor`` hand-off (the TPE row minus the floor). The async rows
-time ``call`` and ``acall`` of the same sync tool inside one running event loop.
+the 17 KB rows (a text argument of 17 KB, against the floor of those arguments) and the
+"new arguments" rows (arguments never seen before on each call, against the floor of
+those: both make the dict). The default-timeout rows run the tool in a worker thread;
+their bound is 3x the floor plus one raw ``ThreadPoolExecutor`` hand-off (the TPE row
+minus the floor). The async rows time ``call`` and ``acall`` of the same sync tool
+inside one running event loop.
 """
 
 from __future__ import annotations
@@ -40,6 +42,13 @@ VARIANTS = [{**ARGS, "limit": i} for i in range(64)]  # rotate so no call repeat
 _LINE = "The service returned {n} rows for account {n:05d}; see the notes, then retry.\n"
 _TEXT = "".join(_LINE.format(n=n) for n in range(220))[:17_000]
 BIG = [{**ARGS, "limit": i, "text": _TEXT} for i in range(64)]
+
+
+def fresh_args() -> Callable[[], dict[str, Any]]:
+    """Arguments never seen before on each call, as an agent mostly sends: no memo of a
+    summary or a secret scan can serve them (the 64 rotating variants hit those memos)."""
+    n = iter(range(64, 10**12))
+    return lambda: {**ARGS, "limit": next(n)}
 
 
 def tool(**kwargs: Any) -> dict[str, Any]:
@@ -132,6 +141,7 @@ def main() -> None:
     exec_s = gov.session("exec", budgets=budgets)
     default_s = gov.session("defaults")  # the options a user leaves alone
 
+    fresh = fresh_args()
     executed_step, cached_step = _detector_steps(gov, nxt)
     rows = [
         ("bare function call", lambda: tool(**nxt())),
@@ -142,6 +152,8 @@ def main() -> None:
         ("raw ThreadPoolExecutor hand-off (+ key)", raw_handoff),
         ("headway cache-hit path", lambda: hit_s.call("cached", nxt())),
         ("headway executed path (retry+breaker)", lambda: exec_s.call("guarded", nxt())),
+        ("floor, new arguments each call", lambda: floor_key(fresh())),
+        ("headway executed, new arguments each call", lambda: exec_s.call("guarded", fresh())),
         ("headway executed, default timeout (thread)", lambda: exec_s.call("threaded", nxt())),
         ("headway uncached read, defaults (thread)", lambda: default_s.call("uncached", nxt())),
         ("headway unkeyed write, defaults (thread)", lambda: default_s.call("write", nxt())),
@@ -159,9 +171,10 @@ def main() -> None:
     results = measure_all(rows, batch, rounds)
     floor = results["floor: json.dumps(sort_keys)+sha256"]
     big_floor = results["floor, 17 KB arguments"]
+    new_floor = results["floor, new arguments each call"]
     print(f"{'path':<44} {'us/call':>9} {'x floor':>8}")
     for name, us in results.items():
-        base = big_floor if "17 KB" in name else floor
+        base = big_floor if "17 KB" in name else new_floor if "new arg" in name else floor
         print(f"{name:<44} {us:>9.2f} {us / base:>8.2f}")
     handoff = results["raw ThreadPoolExecutor hand-off (+ key)"] - floor
     bound = 3 * floor + handoff

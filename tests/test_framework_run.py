@@ -3,6 +3,7 @@ results that say they are errors (the ``is_error`` predicate)."""
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -73,6 +74,7 @@ async def test_an_async_runner_is_awaited_by_acall() -> None:
         {"isError": True, "content": [{"type": "text", "text": "boom"}]},
         {"is_error": True, "content": "boom"},
         {"error": "not found"},
+        MappingProxyType({"isError": True}),  # a mapping that is not a dict: the same rule
     ],
 )
 def test_a_result_marked_as_an_error_is_an_error_outcome_and_never_cached(result: Any) -> None:

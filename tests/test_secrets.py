@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as hs
 
 import headway
-from headway._redact import _SHAPES, REDACTED, _holds_a_word, scrub
+from headway._redact import _SHAPES, REDACTED, _holds_a_word, normalise, scrub
 from headway.audit import summarize
 from headway.testing import ScriptedTool
 
@@ -271,3 +271,15 @@ def test_text_without_any_shape_s_word_matches_no_reference_pattern(text: str) -
     if text.isascii() and not _holds_a_word(text):
         assert all(pattern.search(text) is None for pattern, _ in _REFERENCE_SHAPES)
         assert scrub(text) is text
+
+
+@settings(max_examples=1000, deadline=None)
+@given(
+    hs.text(max_size=40)
+    | hs.text(hs.characters(codec="ascii"), max_size=40)
+    | hs.lists(hs.sampled_from(["Api_Key", "K", "\u212a", "İ", "--", "9", " "])).map("".join)
+)
+def test_normalised_names_are_the_lower_cased_text_without_non_alphanumerics(text: str) -> None:
+    """Names are matched in their normalised form: lower-cased, every character but a-z
+    and 0-9 removed (the ASCII fast path gives what the pattern gives, "\u212a" -> "k")."""
+    assert normalise(text) == re.sub(r"[^a-z0-9]+", "", text.lower())

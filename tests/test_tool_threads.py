@@ -10,7 +10,7 @@ import time
 import pytest
 
 import headway
-from headway._effects import Job, Threads
+from headway._effects import Job, Threads, _Waiter
 
 
 def test_a_job_cancelled_before_it_started_never_runs() -> None:
@@ -88,3 +88,48 @@ def test_a_sync_tool_abandoned_by_a_closed_event_loop_ends_quietly() -> None:
     release.set()
     assert finished.wait(5)
     time.sleep(0.1)  # the thread wakes the (closed) loop after the tool returns
+
+
+def test_acall_of_a_sync_tool_that_is_not_quick_leaves_the_event_loop_free() -> None:
+    """The loop waits for a sync tool only briefly (``QUICK_S``), then awaits it: a tool
+    that waits for something another task on the loop does still gets it."""
+    ready = threading.Event()
+
+    def waits_for_the_loop() -> bool:
+        return ready.wait(5)
+
+    gov = headway.Governor()
+    gov.register("wait", waits_for_the_loop, effect="read")  # default timeout
+
+    async def main() -> headway.Outcome:
+        async def set_soon() -> None:
+            await asyncio.sleep(0.01)
+            ready.set()
+
+        setter = asyncio.create_task(set_soon())
+        out = await gov.session("s").acall("wait", {})
+        await setter
+        return out
+
+    out = asyncio.run(main())
+    assert out.status is headway.Status.EXECUTED
+    assert out.value is True  # set by the other task while the tool ran
+
+
+def test_a_job_that_ends_before_the_loop_awaits_it_is_not_waited_for() -> None:
+    """The wake-up and the loop's switch to awaiting can cross: a job that has already
+    run when the loop starts to await it answers at once, not at the deadline."""
+    waiter = _Waiter()
+    waiter.wake()  # the job ran before the loop gave up its brief wait
+    assert asyncio.run(waiter.ended(time.monotonic() + 0.5)) is True
+
+
+def test_a_job_that_ends_while_the_loop_awaits_it_wakes_the_loop() -> None:
+    async def main() -> bool:
+        waiter = _Waiter()
+        asyncio.get_running_loop().call_later(
+            0.01, lambda: threading.Thread(target=waiter.wake).start()
+        )
+        return await waiter.ended(time.monotonic() + 5)
+
+    assert asyncio.run(main()) is True

@@ -52,7 +52,6 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
     spec = c.spec
     policy = _policy(gov, c)
     b = _breaker(gov, spec)
-    classify = spec.classify or default_classify
     # the whole call's bound, the same for every attempt (an inline tool needs it only
     # when a retry is due)
     bound = _deadline(gov, policy) if spec.timeout is not None else None
@@ -62,11 +61,7 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
         if c.held is not None and c.attempts and not (yield from _renewed(gov, c)):
             return
         probe = False
-        steady = (
-            b is not None
-            and not b.shared
-            and brk.steady(b, gov.breakers.get(spec.name, brk.CLOSED))
-        )
+        steady = b is not None and not b.shared and _steady(gov, b, spec.name)
         if steady:
             c.breaker = "closed"  # admit() would allow and change nothing
         elif b is not None:
@@ -107,9 +102,7 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
             raise
         else:
             c.status, c.executed, c.error = EXECUTED, True, None
-            if b is not None and not (
-                steady and brk.steady(b, gov.breakers.get(spec.name, brk.CLOSED))
-            ):
+            if b is not None and not (steady and _steady(gov, b, spec.name)):
                 now = gov.clock() if b.shared else gov.timer()
                 ok = lambda s, n=now, p=probe: (brk.record(b, s, True, p, n), None)  # noqa: E731
                 if b.shared:
@@ -120,7 +113,7 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
                 _error_result(c)
             return
         c.executed = True
-        verdict = _classify(classify, failure, timed_out, spec)
+        verdict = _classify(spec.classify or default_classify, failure, timed_out, spec)
         if b is not None:
             now = gov.clock() if b.shared else gov.timer()
             if _ignored(b, failure, verdict, timed_out):
@@ -161,6 +154,13 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
                 c.flag(f"on_retry_failed: {describe(exc)}"[:200])
         if delay > 0:
             yield Sleep(delay)
+
+
+def _steady(gov: Governor, b: brk.Breaker, tool: str) -> bool:
+    """``brk.steady`` of this process's breaker of ``tool``. A tool that never failed has
+    no stored state: closed with nothing counted, so only the ratio window is left to ask."""
+    state = gov.breakers.get(tool)
+    return b.ratio is None if state is None else brk.steady(b, state)
 
 
 def _is_error_result(gov: Governor, c: Call) -> bool:

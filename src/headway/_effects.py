@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import functools
 import inspect
 import math
 import queue
@@ -285,22 +284,63 @@ async def _attempt_async(e: Attempt) -> Any:
                 return await e.fn(**e.kwargs)
         except TimeoutError:
             raise AttemptTimeout(e.timeout or 0.0) from None
-    # a sync tool must not block the event loop: it runs in a thread, abandoned on timeout;
-    # the thread wakes the loop with one callback (no wrapped Future, no task)
-    loop = asyncio.get_running_loop()
-    ended: asyncio.Future[bool] = loop.create_future()  # True: the job ran; False: timeout
+    # a sync tool must not block the event loop: it runs in a thread, abandoned on timeout.
+    # A quick one is waited for briefly without leaving the loop (waking a loop from
+    # another thread costs more than most tools take); past that, the thread wakes the loop
+    # with one callback (no wrapped Future, no task)
     deadline = math.inf if e.timeout is None else time.monotonic() + e.timeout
-    job = _pool.start(_call_through, (e.fn, e.kwargs), functools.partial(_wake, loop, ended))
-    # a timer that answers False, not asyncio.timeout: no task cancellation, no coroutines
-    timer = None if e.timeout is None else loop.call_later(e.timeout, _resolve, ended, False)
-    try:
-        in_time = await ended
-    finally:
-        if timer is not None:
-            timer.cancel()
+    waiter = _Waiter()
+    job = _pool.start(_call_through, (e.fn, e.kwargs), waiter.wake)
+    window = QUICK_S if e.timeout is None else min(QUICK_S, e.timeout)
+    if waiter.done.acquire(True, window):
+        in_time = True
+    else:
+        in_time = await waiter.ended(deadline)
     # the job's wake-up and the timer can both be ready when a busy loop looks, the
     # wake-up first: the job's own end time says whether it was in time
     return job.outcome() if in_time and _in_time(job, deadline) else _timed_out(job, e.timeout)
+
+
+QUICK_S = 0.0001  # how long an event loop waits for a sync tool before awaiting it
+
+
+class _Waiter:
+    """How an event loop waits for a job: ``done`` is released when it has run; once the
+    loop awaits instead, the job's thread also wakes the loop."""
+
+    __slots__ = ("_future", "_loop", "done")
+
+    def __init__(self) -> None:
+        self.done = _new_lock()
+        self.done.acquire()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._future: asyncio.Future[bool] | None = None
+
+    def wake(self) -> None:
+        self.done.release()
+        # no lock with ended(): each side writes, then reads the other's (under the GIL,
+        # in that order), so the loop either finds ``done`` released or is woken
+        future = self._future
+        if future is not None:
+            _wake(self._loop, future)  # type: ignore[arg-type]  # set before the future
+
+    async def ended(self, deadline: float) -> bool:
+        """True once the job has run; False at ``deadline`` (a timer answers it)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[bool] = loop.create_future()
+        self._loop = loop
+        self._future = future
+        if self.done.acquire(False):
+            return True  # it ran as the loop was getting ready to await it
+        # a timer that answers False, not asyncio.timeout: no task cancellation
+        timer = None
+        if deadline != math.inf:
+            timer = loop.call_later(max(deadline - time.monotonic(), 0.0), _resolve, future, False)
+        try:
+            return await future
+        finally:
+            if timer is not None:
+                timer.cancel()
 
 
 def _wake(loop: asyncio.AbstractEventLoop, ended: asyncio.Future[bool]) -> None:

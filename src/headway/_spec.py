@@ -148,17 +148,21 @@ def error_result(value: Any) -> bool:
     ``is_error`` flag is true, or else whose ``error`` field is set; an object whose
     ``isError`` / ``is_error`` attribute is true or whose ``status`` is ``"error"`` (an MCP
     ``CallToolResult``, a LangChain ``ToolMessage``)."""
-    if isinstance(value, str):
-        return value[:6].lower() == "error:"
-    if value is None or isinstance(value, int | float | list | tuple):
-        return False
-    if type(value) is dict or isinstance(value, Mapping):  # a dict skips the ABC's check
-        flag = value.get("isError", value.get("is_error"))
-        return flag is True if flag is not None else bool(value.get("error"))
-    flag = getattr(value, "isError", getattr(value, "is_error", None))
-    if flag is not None:
-        return flag is True
-    return getattr(value, "status", None) == "error"
+    if type(value) is not dict:  # a dict, the commonest result, skips the ABC's check
+        if isinstance(value, str):
+            return value[:6].lower() == "error:"
+        if value is None or isinstance(value, _NEVER_ERRORS):
+            return False
+        if not isinstance(value, Mapping):
+            flag = getattr(value, "isError", getattr(value, "is_error", None))
+            if flag is not None:
+                return flag is True
+            return getattr(value, "status", None) == "error"
+    flag = value.get("isError", value.get("is_error"))
+    return flag is True if flag is not None else bool(value.get("error"))
+
+
+_NEVER_ERRORS = (int, float, list, tuple)  # a tuple: ``int | float`` builds a union per call
 
 
 def declares_read(table: Mapping[str, Any]) -> bool:
