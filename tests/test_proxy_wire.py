@@ -1,5 +1,5 @@
-"""The stdio relay's wire: its JSON gives the values ``json`` gives (orjson where that is
-exact), and its pipe reader hands on every line as ``readline`` would."""
+"""The stdio relay's wire: the JSON it writes has the values ``json`` writes (orjson where
+that is exact), and its pipe reader hands on every line as ``readline`` would."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from headway import _mcp_relay
-from headway._mcp_relay import READ_SIZE, _Lines, dumps, loads
+from headway._mcp_relay import READ_SIZE, _Lines, dumps
 
 # JSON values, with integers past 64 bits and the floats json writes but JSON has not
 JSON = st.recursive(
@@ -29,12 +29,6 @@ def same(a: Any, b: Any) -> bool:
 
 
 @given(JSON)
-def test_a_line_reads_as_json_reads_it(value: Any) -> None:
-    line = json.dumps(value).encode()
-    assert same(loads(line), json.loads(line))
-
-
-@given(JSON)
 def test_a_message_is_written_as_json_writes_it(value: Any) -> None:
     line = dumps({"jsonrpc": "2.0", "id": 1, "result": value})
     assert line.endswith(b"\n")
@@ -42,9 +36,7 @@ def test_a_message_is_written_as_json_writes_it(value: Any) -> None:
 
 
 def test_integers_past_64_bits_and_non_finite_numbers_keep_their_values() -> None:
-    # orjson reads 2**64 as a float and writes NaN as null: json decides for these
-    assert loads(b'{"n": 18446744073709551616}') == {"n": 2**64}
-    assert loads(b'{"n": -9223372036854775809}') == {"n": -(2**63) - 1}
+    # orjson writes NaN as null and refuses 2**70: json writes these
     assert math.isnan(json.loads(dumps({"n": float("nan")}))["n"])
     assert json.loads(dumps({"n": float("inf")})) == {"n": float("inf")}
     assert json.loads(dumps({"n": 2**70})) == {"n": 2**70}
