@@ -303,3 +303,81 @@ def test_close_waits_until_what_is_queued_is_written(tmp_path: Path) -> None:
     sink.close()
     assert [r["step"] for r in rows(db)] == [0, 1, 2]
     other.close()
+
+
+async def test_a_record_written_on_an_event_loop_wakes_the_writer_on_the_loops_next_turn(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "a.db"
+    sink = SQLiteAuditSink(db, background=True)
+    batches = sink._batches
+    assert batches is not None
+    sink.write({"session": "s", "step": 0})
+    # held while the caller's step runs (the proxy's answer is not yet written) ...
+    assert list(batches._held) == [{"session": "s", "step": 0}]
+    assert batches._queue.empty()
+    await asyncio.sleep(0)
+    assert not batches._held  # ... and queued on the loop's next turn
+    sink.write({"session": "s", "step": 1})
+    assert [r["step"] for r in sink.records("s")] == [0, 1]  # records() sees a held one
+    sink.write({"session": "s", "step": 2})
+    sink.close()  # and close writes it
+    assert [r["step"] for r in rows(db)] == [0, 1, 2]
+
+
+def test_a_record_written_outside_an_event_loop_is_queued_at_once(tmp_path: Path) -> None:
+    sink = SQLiteAuditSink(tmp_path / "a.db", background=True)
+    assert sink._batches is not None
+    sink.write({"session": "s", "step": 0})
+    assert not sink._batches._held
+    sink.close()
+
+
+def test_records_held_by_a_loop_that_closed_are_written_by_the_next_loop(tmp_path: Path) -> None:
+    db = tmp_path / "a.db"
+    sink = SQLiteAuditSink(db, background=True)
+
+    batches = sink._batches
+    assert batches is not None
+
+    async def write(step: int) -> None:
+        sink.write({"session": "s", "step": step})
+
+    async def write_and_stop() -> None:
+        await write(0)
+        asyncio.get_running_loop().stop()  # it stops before its next turn
+
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(write_and_stop())
+    loop.close()
+    assert [r["step"] for r in batches._held] == [0]
+    asyncio.run(write(1))
+    assert not batches._held  # the next loop's turn queued both
+    sink.flush()
+    assert [r["step"] for r in rows(db)] == [0, 1]
+    sink.close()
+
+
+def test_the_audit_table_keeps_no_autoincrement_counter_and_an_old_table_still_works(
+    tmp_path: Path,
+) -> None:
+    new, old = tmp_path / "new.db", tmp_path / "old.db"
+    with contextlib.closing(sqlite3.connect(old)) as conn:  # as versions before made it
+        conn.execute(
+            "CREATE TABLE headway_audit (id INTEGER PRIMARY KEY AUTOINCREMENT, "
+            "session TEXT NOT NULL, step INTEGER, tool TEXT, status TEXT, record TEXT NOT NULL)"
+        )
+        conn.execute(
+            "INSERT INTO headway_audit (session, step, record) VALUES ('s', 0, '{\"step\": 0}')"
+        )
+        conn.commit()
+    for path in (new, old):
+        sink = SQLiteAuditSink(path, background=True)
+        for step in (1, 2):
+            sink.write({"session": "s", "step": step})
+        assert [r["step"] for r in sink.records("s")] == ([0, 1, 2] if path == old else [1, 2])
+        sink.close()
+    with contextlib.closing(sqlite3.connect(new)) as conn:
+        tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master")}
+    # no sqlite_sequence: no counter page written with every commit
+    assert tables == {"headway_audit", "headway_audit_session"}
