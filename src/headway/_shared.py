@@ -206,9 +206,9 @@ def _update(
                 # (a result not recorded is settled as UNKNOWN), the record read back
                 # when the swap does not happen
                 first = (
-                    Op("add", key, new, ttl_s=ttl)
+                    Op("add", key, new, ttl_s=ttl, durable=False)
                     if expected is None
-                    else Op("swap", key, new, expected, ttl)
+                    else Op("swap", key, new, expected, ttl, durable=False)
                 )
                 done, current = yield from with_rider(
                     gov, c, [first, Op("get", key, only_if=False)], chained=True
@@ -218,9 +218,13 @@ def _update(
                 ok = yield Blocking(store.add, (key, new, ttl))
             elif in_one_trip(store):  # the record read back in the same round trip
                 # the store's own method: a SQLite store runs it on the event loop (inline)
+                # not durable: a crash of the store's server may lose the last steps
+                # (PostgreSQL: no wait for the WAL flush); with a rider (above), the
+                # idempotency record's write keeps the batch durable
+                swap = Op("swap", key, new, expected, ttl, durable=False)
                 done, current = yield Blocking(
                     store.batch,  # type: ignore[attr-defined]  # in_one_trip: it has one
-                    ([Op("swap", key, new, expected, ttl), Op("get", key, only_if=False)],),
+                    ([swap, Op("get", key, only_if=False)],),
                 )
                 ok = done is True
             else:

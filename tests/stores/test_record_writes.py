@@ -1,0 +1,93 @@
+"""How a shared session's record is written and read back: its writes are the only ones
+a PostgreSQL store commits without waiting for the WAL flush (``Op.durable``), and the
+record, a JSON text stored as a string, reads back exactly on every store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import headway
+from headway.stores._base import Op, batch
+
+
+class Recording:
+    """A store that keeps every batch it is sent."""
+
+    def __init__(self, inner: headway.Store) -> None:
+        self.inner, self.blocking = inner, inner.blocking
+        self.batches: list[list[Op]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def batch(self, ops: list[Op]) -> list[Any]:
+        self.batches.append(list(ops))
+        return batch(self.inner, ops)
+
+
+def _writes(store: Recording) -> list[tuple[str, bool]]:
+    return [
+        ("record" if ":sess:" in op.key else "other", op.durable)
+        for ops in store.batches
+        for op in ops
+        if op.name != "get"
+    ]
+
+
+def test_only_the_session_records_writes_are_not_durable(tmp_path: Path) -> None:
+    """The record's swaps are sent ``durable=False``; an idempotency record, a cache entry
+    and everything else a call writes stay durable (a lost one could run a write twice)."""
+    store = Recording(headway.SQLiteStore(str(tmp_path / "s.db")))
+    gov = headway.Governor(store=store)
+    gov.register("price", lambda sku: {"eur": 3}, effect="read", deterministic=True)
+    gov.register("pay", lambda order: {"ok": order}, effect="write", timeout=None)
+    with gov.session("run") as s:
+        for i in range(4):
+            s.call("price", {"sku": i % 2})
+        s.call("pay", {"order": 1}, idempotency_key="k1")
+    writes = _writes(store)
+    assert ("record", False) in writes
+    assert all(durable for kind, durable in writes if kind == "other")
+    assert ("other", True) in writes  # the keyed write's claim and completion
+
+
+@pytest.mark.postgres
+def test_a_postgres_batch_of_lazy_writes_commits_without_waiting_for_the_flush() -> None:
+    """A batch whose writes are all ``durable=False`` sets ``synchronous_commit`` off for its
+    own transaction; one durable write among them keeps the server's setting."""
+    from headway.stores.postgres import PostgresStore
+
+    sent: list[str] = []
+
+    class Spy(PostgresStore):
+        def _run(self, sql: str, params: tuple[Any, ...]) -> tuple[int, Any]:
+            sent.append(sql)
+            return super()._run(sql, params)
+
+    from conftest import POSTGRES_URL
+
+    store = Spy(POSTGRES_URL, prefix="t-record-writes:")
+    try:
+        store.set("rec", "v1")
+        assert store.batch([Op("swap", "rec", "v2", "v1", 60, durable=False)]) == [True]
+        assert "synchronous_commit" in sent[-1]
+        assert store.batch([Op("swap", "rec", "v3", "v2", 60), Op("get", "rec")]) == [True, "v2"]
+        assert "synchronous_commit" not in sent[-1]
+        assert store.batch(
+            [Op("add", "idem", {"s": 1}), Op("swap", "rec", "v4", "v3", durable=False)]
+        ) == [True, True]
+        assert "synchronous_commit" not in sent[-1]
+        # the setting does not outlive the statement's transaction on the pooled connection
+        _, row = store._run("SHOW synchronous_commit", ())
+        assert row[0] == "on"
+        # committed: another connection reads it at once
+        other = PostgresStore(POSTGRES_URL, prefix="t-record-writes:")
+        assert other.get("rec") == "v4"
+        other.close()
+    finally:
+        store.delete("rec")
+        store.delete("idem")
+        store.close()
