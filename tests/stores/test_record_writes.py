@@ -4,13 +4,23 @@ record, a JSON text stored as a string, reads back exactly on every store."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hs
 
 import headway
-from headway.stores._base import Op, batch
+from conftest import make_store
+from headway.stores._base import Op, batch, dumps, loads
+
+SHARED = [
+    "sqlite",
+    pytest.param("redis", marks=pytest.mark.redis),
+    pytest.param("postgres", marks=pytest.mark.postgres),
+]
 
 
 class Recording:
@@ -91,3 +101,31 @@ def test_a_postgres_batch_of_lazy_writes_commits_without_waiting_for_the_flush()
         store.delete("rec")
         store.delete("idem")
         store.close()
+
+
+@pytest.mark.parametrize("kind", SHARED)
+def test_a_json_text_stored_as_a_string_reads_back_exactly(kind: str, tmp_path: Path) -> None:
+    """A session record is JSON text in a string value: quotes, escapes, non-ASCII and
+    surrogate pairs come back as they were written, and a swap compares them exactly."""
+    store = make_store(kind, tmp_path)
+    record = json.dumps(
+        {"w": ['say "hi"\\n', "é 😀 \u2028", "\x00\x1f"], "n": 1.5}, ensure_ascii=False
+    )
+    try:
+        store.set("k", record)
+        assert store.get("k") == record
+        assert batch(store, [Op("get", "k")]) == [record]
+        assert store.swap("k", record, record + " ") is True
+        assert store.get("k") == record + " "
+    finally:
+        store.delete("k")
+        store.close()
+
+
+@settings(max_examples=500, deadline=None)
+@given(hs.text(hs.characters(blacklist_categories=()), max_size=40))
+def test_a_stored_string_is_read_as_json_reads_it(text: str) -> None:
+    """Whatever the characters (control characters, lone surrogates), a string's stored
+    form reads back as ``json`` reads it."""
+    stored = dumps(text)
+    assert loads(stored) == json.loads(stored) == text
