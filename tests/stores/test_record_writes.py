@@ -129,3 +129,37 @@ def test_a_stored_string_is_read_as_json_reads_it(text: str) -> None:
     form reads back as ``json`` reads it."""
     stored = dumps(text)
     assert loads(stored) == json.loads(stored) == text
+
+
+@pytest.mark.redis
+def test_a_redis_swap_of_a_5_kb_record_is_one_socket_write(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """redis-py writes a command in one piece only while the arguments before each one add
+    up to at most 6,000 bytes: the scripts take their values last, so that a swap of a
+    session record (and the swap-and-read batch of one) is one write, not three."""
+    import redis.connection
+
+    pieces: list[int] = []
+    send: Any = redis.connection.Connection.send_packed_command
+
+    def counted(self: Any, command: Any, check_health: bool = True) -> None:
+        pieces.append(1 if isinstance(command, bytes | str) else len(command))
+        send(self, command, check_health)
+
+    store = make_store("redis", tmp_path)
+    record = json.dumps({"w": ["x" * 60] * 70})  # 4.6 KB, 5.1 KB as stored
+    try:
+        store.set("rec", record)
+        store.swap("rec", record, record + "1")  # the script is loaded before counting
+        monkeypatch.setattr(redis.connection.Connection, "send_packed_command", counted)
+        assert store.swap("rec", record + "1", record + "2", 60) is True
+        assert batch(
+            store,
+            [Op("swap", "rec", record + "3", record + "2", 60), Op("get", "rec", only_if=False)],
+        ) == [True, None]
+        assert pieces == [1, 1]
+    finally:
+        monkeypatch.undo()
+        store.delete("rec")
+        store.close()
