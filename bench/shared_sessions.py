@@ -107,13 +107,14 @@ def floor(hw: ModuleType, store: Counting, swap: bool) -> Callable[[int], Any]:
     lazy = {"durable": False} if "durable" in Op._fields else {}
     pad = orjson.dumps([["price", "x" * 40, {"sku": 1}] for _ in range(80)]).decode()[:4400]
     last = [f"{pad}-1"]
-    store.inner.set("record", last[0])
+    key = f"record-{uuid.uuid4().hex}"  # each version its own, in one SQLite file
+    store.inner.set(key, last[0])
 
     def swap_record(i: int) -> Any:
         new = f"{pad}{i}"
         ops = [
-            Op("swap", "record", new, last[0], 86_400.0, **lazy),
-            Op("get", "record", only_if=False),
+            Op("swap", key, new, last[0], 86_400.0, **lazy),
+            Op("get", key, only_if=False),
         ]
         assert base.batch(store, ops)[0] is True
         last[0] = new
