@@ -38,30 +38,41 @@ class Recording:
         return batch(self.inner, ops)
 
 
-def _writes(store: Recording) -> list[tuple[str, bool]]:
-    return [
-        ("record" if ":sess:" in op.key else "other", op.durable)
-        for ops in store.batches
-        for op in ops
-        if op.name != "get"
+def _record_writes(store: Recording) -> list[bool]:
+    """Whether each write of the session record sent since the last look was durable."""
+    seen = [
+        op.durable for ops in store.batches for op in ops if ":sess:" in op.key and op.name != "get"
     ]
+    store.batches.clear()
+    return seen
 
 
-def test_only_the_session_records_writes_are_not_durable(tmp_path: Path) -> None:
-    """The record's swaps are sent ``durable=False``; an idempotency record, a cache entry
-    and everything else a call writes stay durable (a lost one could run a write twice)."""
+def test_a_record_write_is_durable_when_it_bumps_epochs_or_stops_the_run(
+    tmp_path: Path,
+) -> None:
+    """Only steps, counts and windows are sent ``durable=False``: a write's cache epochs
+    (else a crash could serve a read from before it), a stop (else the run would go on)
+    and every idempotency record stay durable."""
     store = Recording(headway.SQLiteStore(str(tmp_path / "s.db")))
     gov = headway.Governor(store=store)
     gov.register("price", lambda sku: {"eur": 3}, effect="read", deterministic=True)
+    gov.register("note", lambda text: "ok", effect="write")
     gov.register("pay", lambda order: {"ok": order}, effect="write", timeout=None)
-    with gov.session("run") as s:
-        for i in range(4):
-            s.call("price", {"sku": i % 2})
+    with gov.session("run", budgets=headway.Budgets(tool_calls=6)) as s:
+        s.call("price", {"sku": 1})
+        s.call("price", {"sku": 2})
+        _record_writes(store)
+        s.call("price", {"sku": 1})  # served: a step, nothing else
+        assert _record_writes(store) == [False]  # one swap takes and judges the step
+        s.call("note", {"text": "a"})  # an unkeyed write: its epochs bump
+        assert _record_writes(store)[-1] is True
         s.call("pay", {"order": 1}, idempotency_key="k1")
-    writes = _writes(store)
-    assert ("record", False) in writes
-    assert all(durable for kind, durable in writes if kind == "other")
-    assert ("other", True) in writes  # the keyed write's claim and completion
+        assert all(op.durable for ops in store.batches for op in ops if ":sess:" not in op.key)
+        _record_writes(store)
+        s.call("price", {"sku": 2})  # the 6th call: it reaches the budget, the run stops
+        assert _record_writes(store)[0] is True
+        with pytest.raises(headway.BudgetExceeded):
+            s.call("price", {"sku": 3})
 
 
 @pytest.mark.postgres
