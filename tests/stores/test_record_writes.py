@@ -143,12 +143,13 @@ def test_a_stored_string_is_read_as_json_reads_it(text: str) -> None:
 
 
 @pytest.mark.redis
-def test_a_redis_swap_of_a_5_kb_record_is_one_socket_write(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+@pytest.mark.parametrize("steps", [70, 140])
+def test_a_redis_command_with_a_session_record_is_one_socket_write(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, steps: int
 ) -> None:
-    """redis-py writes a command in one piece only while the arguments before each one add
-    up to at most 6,000 bytes: the scripts take their values last, so that a swap of a
-    session record (and the swap-and-read batch of one) is one write, not three."""
+    """redis-py writes each argument past 6,000 bytes to the socket apart (one system call
+    and one wake-up of the server each): the store joins a command's pieces, so that a
+    swap of a 5 or 10 KB record, and the swap-and-read batch of one, is one write."""
     import redis.connection
 
     pieces: list[int] = []
@@ -159,16 +160,14 @@ def test_a_redis_swap_of_a_5_kb_record_is_one_socket_write(
         send(self, command, check_health)
 
     store = make_store("redis", tmp_path)
-    record = json.dumps({"w": ["x" * 60] * 70})  # 4.6 KB, 5.1 KB as stored
+    record = json.dumps({"w": ["x" * 60] * steps})  # 4.6 or 9.1 KB, 5.1 or 10.2 KB stored
     try:
         store.set("rec", record)
         store.swap("rec", record, record + "1")  # the script is loaded before counting
         monkeypatch.setattr(redis.connection.Connection, "send_packed_command", counted)
         assert store.swap("rec", record + "1", record + "2", 60) is True
-        assert batch(
-            store,
-            [Op("swap", "rec", record + "3", record + "2", 60), Op("get", "rec", only_if=False)],
-        ) == [True, None]
+        ops = [Op("swap", "rec", record + "3", record + "2", 60), Op("get", "rec", only_if=False)]
+        assert batch(store, ops) == [True, None]
         assert pieces == [1, 1]
     finally:
         monkeypatch.undo()
