@@ -1,6 +1,6 @@
 """What sharing a session across workers costs per call, on each shared store.
 
-    python bench/shared_sessions.py [--n 400] [--rounds 5]
+    python bench/shared_sessions.py [--n 400] [--rounds 5] [--base SRC]
 
 For each store (SQLite, Redis, PostgreSQL; the servers' rows are skipped when they are not
 reachable): a keyed write (a new key each call, a cached tool registered, so every write
@@ -13,17 +13,29 @@ default) and through today's in-process session on the same store
 a swap of a 4.4 KB session record. The two run interleaved, round by round, and each row
 is the median round. ``ops`` counts store round trips per call (a wrapper around the store
 counts them).
+
+``--base SRC`` (a ``src`` folder holding another version of headway, say main's, from
+``git archive main src``) runs that version too, in the same process, imported as
+``headway_base``: the four variants take turns round by round, so that the two versions
+meet the same load, and the last column is the shared session's time with this version
+over the base's, paired round by round (median and range).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
 import statistics
+import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
+
+import orjson
 
 import headway
 
@@ -50,9 +62,9 @@ class Counting:
         return fn
 
 
-def path(store: Counting, shared: bool, kind: str) -> Callable[[int], Any]:
+def path(hw: ModuleType, store: Counting, shared: bool, kind: str) -> Callable[[int], Any]:
     # cached reads are no progress: a limit no run of this length reaches
-    gov = headway.Governor(
+    gov = hw.Governor(
         store=store,  # type: ignore[arg-type]
         share_sessions=shared,
         audit=[],
@@ -81,19 +93,30 @@ def path(store: Counting, shared: bool, kind: str) -> Callable[[int], Any]:
     return read
 
 
-def floor(store: Counting, swap: bool) -> Callable[[int], Any]:
+def floor(hw: ModuleType, store: Counting, swap: bool) -> Callable[[int], Any]:
     """The store alone: a cache entry's get (what an in-process session's cached read
-    costs the store) or a swap of a 4.4 KB record (what a shared session's costs)."""
+    costs the store) or a swap of a 4.4 KB record sent as a shared session sends it (a
+    batch of the swap and a read made only if it fails, not durable: ``Op.durable``)."""
     if not swap:
         store.inner.set("entry", {"v": {"sku": 1, "eur": 3}, "t": 0.0, "d": "x" * 64, "n": 20})
         return lambda i: store.get("entry")
-    pad = "x" * 4400
+    # a record's text: JSON, its quotes escaped when stored as a string
+    base = sys.modules[hw.__name__ + ".stores._base"]
+    Op = base.Op  # noqa: N806 - the class of the version measured
+    # not durable (PostgreSQL: no wait for the WAL flush) where that version has the flag
+    lazy = {"durable": False} if "durable" in Op._fields else {}
+    pad = orjson.dumps([["price", "x" * 40, {"sku": 1}] for _ in range(80)]).decode()[:4400]
     last = [f"{pad}-1"]
-    store.inner.set("record", last[0])
+    key = f"record-{uuid.uuid4().hex}"  # each version its own, in one SQLite file
+    store.inner.set(key, last[0])
 
     def swap_record(i: int) -> Any:
         new = f"{pad}{i}"
-        assert store.swap("record", last[0], new, 86_400.0)
+        ops = [
+            Op("swap", key, new, last[0], 86_400.0, **lazy),
+            Op("get", key, only_if=False),
+        ]
+        assert base.batch(store, ops)[0] is True
         last[0] = new
 
     return swap_record
@@ -107,10 +130,10 @@ def measure(fn: Callable[[int], Any], store: Counting, n: int, start: int) -> tu
     return (time.perf_counter() - t0) / n * 1e6, (store.ops - ops) / n
 
 
-def stores() -> list[tuple[str, Callable[[], Any]]]:
+def stores() -> list[tuple[str, Callable[[ModuleType], Any]]]:
     tmp = tempfile.mkdtemp()
-    found: list[tuple[str, Callable[[], Any]]] = [
-        ("sqlite", lambda: headway.open_store(f"sqlite:///{tmp}/bench.db"))
+    found: list[tuple[str, Callable[[ModuleType], Any]]] = [
+        ("sqlite", lambda hw: hw.open_store(f"sqlite:///{tmp}/bench.db"))
     ]
     for name, url in (("redis", REDIS), ("postgres", POSTGRES)):
         try:
@@ -119,42 +142,80 @@ def stores() -> list[tuple[str, Callable[[], Any]]]:
             print(f"{name}: skipped ({type(exc).__name__})")
             continue
         found.append(
-            (name, lambda url=url: headway.open_store(url, prefix=f"b{uuid.uuid4().hex[:6]}:"))
+            (name, lambda hw, url=url: hw.open_store(url, prefix=f"b{uuid.uuid4().hex[:6]}:"))
         )
     return found
+
+
+def load_base(src: str) -> ModuleType:
+    """The headway package under ``src``, imported as ``headway_base`` (its own imports
+    are relative, so it runs beside this one)."""
+    init = os.path.join(src, "headway", "__init__.py")
+    spec = importlib.util.spec_from_file_location(
+        "headway_base", init, submodule_search_locations=[os.path.dirname(init)]
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["headway_base"] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=400)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--base", help="a src folder of another headway, run beside this one")
     a = parser.parse_args()
-    print("| store | path | in-process session (us, ops) | shared session (us, ops) | ratio |")
-    print("|---|---|---|---|---|")
+    versions = [headway] if a.base is None else [load_base(a.base), headway]
+    print(f"load average {os.getloadavg()[0]:.2f}")
+    head = "| store | path |"
+    if a.base is not None:
+        head += " base: in-process / shared (us) | base: ratio |"
+    head += " in-process session (us, ops) | shared session (us, ops) | ratio |"
+    if a.base is not None:
+        head += " shared: this / base |"
+    print(head)
+    print("|---" * (head.count("|") - 1) + "|")
     for name, opener in stores():
         for kind in ("write", "read", "lookup", "floor"):
-            made = {shared: Counting(opener()) for shared in (False, True)}
-            make = floor if kind == "floor" else lambda st, sh, kind=kind: path(st, sh, kind)
-            fns = {shared: make(made[shared], shared) for shared in (False, True)}
-            runs: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
-            for r in range(a.rounds):  # interleaved: the machine's noise hits both alike
-                for shared in (False, True) if r % 2 == 0 else (True, False):
-                    runs[shared].append(measure(fns[shared], made[shared], a.n, r * a.n))
-            local = statistics.median(t for t, _ in runs[False])
-            shared_t = statistics.median(t for t, _ in runs[True])
-            ops = {k: statistics.median(o for _, o in v) for k, v in runs.items()}
+            variants = [(hw, shared) for hw in versions for shared in (False, True)]
+            made = {v: Counting(opener(v[0])) for v in variants}
+            fns = {
+                v: floor(v[0], made[v], v[1])
+                if kind == "floor"
+                else path(v[0], made[v], v[1], kind)
+                for v in variants
+            }
+            runs: dict[Any, list[tuple[float, float]]] = {v: [] for v in variants}
+            for r in range(a.rounds):  # interleaved: the machine's noise hits all alike
+                for v in variants if r % 2 == 0 else variants[::-1]:
+                    runs[v].append(measure(fns[v], made[v], a.n, r * a.n))
+            t = {v: statistics.median(x for x, _ in runs[v]) for v in variants}
+            ops = {v: statistics.median(o for _, o in runs[v]) for v in variants}
             label = {
                 "write": "keyed write",
                 "read": "cached read",
                 "lookup": "cached read, not held",
                 "floor": "the store alone: get / swap",
             }[kind]
-            print(
-                f"| {name} | {label} | {local:.0f} ({ops[False]:.1f}) | "
-                f"{shared_t:.0f} ({ops[True]:.1f}) | {shared_t / local:.2f}x |"
+            this = (headway, False), (headway, True)
+            row = f"| {name} | {label} |"
+            if a.base is not None:
+                old = (versions[0], False), (versions[0], True)
+                row += f" {t[old[0]]:.0f} / {t[old[1]]:.0f} | {t[old[1]] / t[old[0]]:.2f}x |"
+            row += (
+                f" {t[this[0]]:.0f} ({ops[this[0]]:.1f}) | {t[this[1]]:.0f} ({ops[this[1]]:.1f})"
+                f" | {t[this[1]] / t[this[0]]:.2f}x |"
             )
+            if a.base is not None:
+                paired = [x / y for (x, _), (y, _) in zip(runs[this[1]], runs[old[1]], strict=True)]
+                row += f" {statistics.median(paired):.2f} ({min(paired):.2f}-{max(paired):.2f}) |"
+            print(row, flush=True)
             for s in made.values():
                 s.close()
+    print(f"load average {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

@@ -188,8 +188,14 @@ def _update(
         current: Any = _UNREAD
         with st.lock:
             expected = st.remote
+            before = st.epoch, st.stop, dict(st.unknown_writes)
             result = change()  # may raise Stop: nothing was written
             sent = dict(st.meter.unsynced)
+            # steps, counts and windows may be lost in a crash of the store's server
+            # (PostgreSQL: no wait for the WAL flush); cache epochs that a write bumped,
+            # a stop and the unknown writes may not (a stale read, a stopped run going
+            # on, an UNKNOWN write run again without reconciling)
+            durable = (st.epoch, st.stop, st.unknown_writes) != before
             try:
                 new: str | None = dump(st, gov.clock())
                 st.remote = new  # later changes in this process build on this one
@@ -206,9 +212,9 @@ def _update(
                 # (a result not recorded is settled as UNKNOWN), the record read back
                 # when the swap does not happen
                 first = (
-                    Op("add", key, new, ttl_s=ttl)
+                    Op("add", key, new, ttl_s=ttl, durable=durable)
                     if expected is None
-                    else Op("swap", key, new, expected, ttl)
+                    else Op("swap", key, new, expected, ttl, durable=durable)
                 )
                 done, current = yield from with_rider(
                     gov, c, [first, Op("get", key, only_if=False)], chained=True
@@ -218,9 +224,11 @@ def _update(
                 ok = yield Blocking(store.add, (key, new, ttl))
             elif in_one_trip(store):  # the record read back in the same round trip
                 # the store's own method: a SQLite store runs it on the event loop (inline)
+                # (with a rider, above, the idempotency record keeps the batch durable)
+                swap = Op("swap", key, new, expected, ttl, durable=durable)
                 done, current = yield Blocking(
                     store.batch,  # type: ignore[attr-defined]  # in_one_trip: it has one
-                    ([Op("swap", key, new, expected, ttl), Op("get", key, only_if=False)],),
+                    ([swap, Op("get", key, only_if=False)],),
                 )
                 ok = done is True
             else:

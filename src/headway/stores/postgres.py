@@ -172,8 +172,15 @@ class PostgresStore:
                 raise StoreError(f"unknown store operation {op.name!r}")
             done = f"EXISTS (SELECT 1 FROM r{i})"
             outs.append(f"CASE WHEN {cond} THEN {done} END")
+        durable = [op.durable for op in ops if op.name != "get"]
+        if durable and not any(durable):
+            # no write here needs its commit to wait for the WAL flush (a session record's,
+            # ``Op.durable``): set for this statement's transaction only, read at its commit
+            outs.append("set_config('synchronous_commit', 'off', true)")
         _, row = self._run(f"WITH {', '.join(parts)} SELECT {', '.join(outs)}", tuple(params))
-        return [loads(r) if op.name == "get" else r for op, r in zip(ops, row, strict=True)]
+        return [
+            loads(r) if op.name == "get" else r for op, r in zip(ops, row[: len(ops)], strict=True)
+        ]
 
     def delete(self, key: str) -> None:
         self._run(f"DELETE FROM {_TABLE} WHERE key = %s", (self.prefix + key,))

@@ -19,30 +19,31 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise ImportError("RedisStore needs redis-py: pip install 'headway[redis]'") from exc
 
+# Every script takes its small arguments first and its values last.
 _SWAP = """
 local current = redis.call('GET', KEYS[1])
-if current ~= ARGV[1] then return 0 end
-if ARGV[2] == '' then redis.call('DEL', KEYS[1])
-elseif ARGV[3] == '' then redis.call('SET', KEYS[1], ARGV[2])
-else redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) end
+if current ~= ARGV[2] then return 0 end
+if ARGV[3] == '' then redis.call('DEL', KEYS[1])
+elseif ARGV[1] == '' then redis.call('SET', KEYS[1], ARGV[3])
+else redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[1]) end
 return 1
 """
 
 
-# ``batch``: KEYS[i] with ARGV[4i-3 .. 4i] = name, condition ('1', '0' or ''), value
-# ('' deletes, for a swap), then expected and PX (swap), or PX (set, add). Results: a
+# ``batch``: KEYS[i] with ARGV[3i-2 .. 3i] = name, condition ('1', '0' or ''), PX ('' for
+# none); then the values, in the operations' order: one for a set or an add, two for a
+# swap (its new value, '' to delete, then its expected one), none for a get. Results: a
 # get's value (nil when absent), 1 or 0 for the others, nil when skipped.
 _BATCH = """
-local out, last = {}, nil
+local out, last, data = {}, nil, 3 * #KEYS + 1
 for i = 1, #KEYS do
-  local name, cond, value = ARGV[4 * i - 3], ARGV[4 * i - 2], ARGV[4 * i - 1]
-  local px, r = ARGV[4 * i], 0
+  local name, cond, px, r = ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i], 0
+  local value = ARGV[data]
+  if name == 'swap' then data = data + 2 elseif name ~= 'get' then data = data + 1 end
   if (cond == '1' and last ~= 1) or (cond == '0' and last == 1) then r = false
   elseif name == 'get' then r = redis.call('GET', KEYS[i])
   elseif name == 'swap' then
-    local sep = string.find(px, ' ', 1, true)
-    if redis.call('GET', KEYS[i]) == string.sub(px, sep + 1) then
-      px = string.sub(px, 1, sep - 1)
+    if redis.call('GET', KEYS[i]) == ARGV[data - 1] then
       if value == '' then redis.call('DEL', KEYS[i])
       elseif px == '' then redis.call('SET', KEYS[i], value)
       else redis.call('SET', KEYS[i], value, 'PX', px) end
@@ -58,6 +59,22 @@ for i = 1, #KEYS do
 end
 return out
 """
+
+
+_ONE_WRITE = 1 << 20  # a command up to this size is sent in one socket write
+
+
+def _one_write(base: type[Any]) -> type[Any]:
+    """redis-py's connection class (TCP, TLS or Unix socket), sending each command in one
+    write: redis-py writes a value past 6,000 bytes (a session record) apart, each write
+    a system call and a wake-up of the server."""
+
+    def send_packed_command(self: Any, command: Any, check_health: bool = True) -> None:
+        if isinstance(command, list) and len(command) > 1 and sum(map(len, command)) <= _ONE_WRITE:
+            command = [b"".join(command)]
+        base.send_packed_command(self, command, check_health)
+
+    return type(base.__name__, (base,), {"send_packed_command": send_packed_command})
 
 
 def _px(ttl_s: float | None) -> int | None:
@@ -85,6 +102,8 @@ class RedisStore:
             )
         except ValueError as exc:  # redis-py's own URL checks
             raise ConfigError(f"invalid Redis URL {url!r}: {exc}") from None
+        pool = self._client.connection_pool
+        pool.connection_class = _one_write(pool.connection_class)
         self._swap = self._client.register_script(_SWAP)
         self._batch = self._client.register_script(_BATCH)
 
@@ -120,7 +139,7 @@ class RedisStore:
         try:
             return bool(
                 self._swap(
-                    keys=[self._k(key)], args=[dumps(expected), new, "" if px is None else px]
+                    keys=[self._k(key)], args=["" if px is None else px, dumps(expected), new]
                 )
             )
         except _redis.RedisError as exc:
@@ -131,21 +150,20 @@ class RedisStore:
         keys need not share a hash slot: a single server, not Redis Cluster."""
         keys: list[str] = []
         args: list[Any] = []
+        values: list[str] = []
         for op in ops:
             px = _px(op.ttl_s)
-            ttl = "" if px is None else str(px)
-            value = "" if op.value is None and op.name == "swap" else dumps(op.value)
             if op.name == "swap":
-                ttl = ttl + " " + dumps(op.expected)
-            elif op.name == "get":
-                value, ttl = "", ""
-            elif op.name not in ("set", "add"):
+                values += ("" if op.value is None else dumps(op.value), dumps(op.expected))
+            elif op.name in ("set", "add"):
+                values.append(dumps(op.value))
+            elif op.name != "get":
                 raise StoreError(f"unknown store operation {op.name!r}")
             cond = "" if op.only_if is None else ("1" if op.only_if else "0")
             keys.append(self._k(op.key))
-            args += (op.name, cond, value, ttl)
+            args += (op.name, cond, "" if px is None or op.name == "get" else str(px))
         try:
-            replies = self._batch(keys=keys, args=args)
+            replies = self._batch(keys=keys, args=args + values)
         except _redis.RedisError as exc:
             raise self._fail(exc) from exc
         return [
