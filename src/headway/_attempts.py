@@ -157,10 +157,8 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
 
 
 def _steady(gov: Governor, b: brk.Breaker, tool: str) -> bool:
-    """``brk.steady`` of this process's breaker of ``tool``. A tool that never failed has
-    no stored state: closed with nothing counted, so only the ratio window is left to ask."""
-    state = gov.breakers.get(tool)
-    return b.ratio is None if state is None else brk.steady(b, state)
+    """``brk.steady`` of this process's breaker of ``tool`` (closed when it never failed)."""
+    return brk.steady(b, gov.breakers.get(tool, brk.CLOSED))
 
 
 def _is_error_result(gov: Governor, c: Call) -> bool:

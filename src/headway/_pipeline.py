@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ._attempts import execute
-from ._call import INLINE, Call, describe, identity, recordable, result_text
+from ._call import Call, describe, identity, recordable, result_text
 from ._canonical import canonical_json, digest
 from ._effects import Blocking, Plan, Sleep, Wait
 from ._settle import bump, check_stop, settle, settle_shared
@@ -134,13 +134,10 @@ def plan(gov: Governor, st: SessionState, c: Call) -> Plan[Outcome]:
     """The rest of a call begun by ``begin()``: everything that may wait on I/O."""
     if st.shared:
         return (yield from _shared_plan(gov, st, c))
-    if c.effect != "read":
-        yield from _write(gov, st, c)
-    elif c.looked_up and c.cache_key is None:  # not cached: _read() would only run it
-        yield from execute(gov, st, c)
-        recordable(c)
-    else:
+    if c.effect == "read":
         yield from _read(gov, st, c)
+    else:
+        yield from _write(gov, st, c)
     return settle(gov, st, c)
 
 
@@ -220,7 +217,7 @@ def _new_call(
     canon: str,
     now: float,
 ) -> Call:
-    args_id = canon if len(canon) <= INLINE else digest(canon)  # identity(), inline
+    args_id = identity(canon)
     ignored = gov.ignore_fields
     if spec is not None and spec.ignore_fields:
         ignored += spec.ignore_fields
