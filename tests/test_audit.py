@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from pathlib import Path
@@ -285,3 +286,25 @@ def test_a_kept_record_of_a_long_result_holds_its_digest_not_its_text() -> None:
     result = texts[7][:6] + texts[7][6:].replace("x", "y")
     assert records[7]["result_digest"] == hashlib.sha256(result.encode()).hexdigest()
     assert records[7]["result_size"] == len(result)
+
+
+def test_a_kept_record_does_not_hold_the_call_it_was_made_from() -> None:
+    """An unread record keeps a flat snapshot of its fields, not the pipeline's ``Call``
+    (its instance dict, detector key and runner: ~300 bytes a record the default audit
+    holds thousands of); what a reader sees is made from the snapshot alone."""
+    import gc
+
+    from headway._call import Call
+
+    audit = headway.MemoryAudit()
+    gov = headway.Governor(audit=[audit], no_progress_limit=10**9)
+    gov.register("echo", lambda n: f"r{n}", effect="read", timeout=None)
+    with gov.session("run") as s:
+        for n in range(3):
+            s.call("echo", {"n": n})
+        gc.collect()
+        assert not [o for o in gc.get_objects() if type(o) is Call]
+    records = audit.records("run")
+    assert [r["args"] for r in records] == ['{"n":0}', '{"n":1}', '{"n":2}']
+    assert records[0]["args_digest"] == hashlib.sha256(b'{"n":0}').hexdigest()
+    assert [r["decision"] for r in records] == ["execute"] * 3

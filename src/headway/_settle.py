@@ -3,8 +3,6 @@ escalation and stops, the audit record, and the Outcome the caller gets."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from . import _shared
@@ -22,6 +20,7 @@ from .outcome import (
     REPLAYED,
     UNKNOWN,
     Outcome,
+    Status,
 )
 
 if TYPE_CHECKING:
@@ -33,9 +32,6 @@ if TYPE_CHECKING:
 _WITH_TEXT = frozenset((EXECUTED, REPLAYED, FALLBACK))
 _outcome = tuple.__new__  # a NamedTuple built from its full field tuple: the cheapest way
 _WITH_VALUE = frozenset((EXECUTED, CACHED, REPLAYED, FALLBACK))
-_NO_ARGS: Mapping[str, Any] = MappingProxyType(
-    {}
-)  # a settled call's arguments: its record has their text
 _DIGEST_NOW = 1024  # characters of a result past which its record keeps only its digest
 _LARGE = 4096  # characters of arguments or result past which a record is made at once
 
@@ -223,16 +219,34 @@ def _audit(
         # audit outlives the detector window by thousands of records (a few us for a
         # result whose judging took a hundred times that)
         c.result_digest, c.result_size, c.text = digest(text), len(text), None
+        text = None
     error_code = c.error.get("code") if c.error else None
-    # a kept record holds only what its fields are made from: not the caller's runner (a
-    # framework's handler holds its per-call objects, about 45 for Pydantic AI), nor the
-    # arguments' dict, the result or the outcome (the record has their texts), nor an
-    # abandoned attempt. What every record retains the garbage collector walks again and
-    # again (the runner alone: 3x the collections), and the audit holds up to 10,000
-    c.fn = c.late = c.value = None
-    c.args = _NO_ARGS
+    # a kept record holds only what its fields are made from, as one flat tuple: not the
+    # Call (its instance dict, its detector key and runner), nor the caller's arguments'
+    # dict, the result or the outcome (the record has their texts), nor an abandoned
+    # attempt. What every record retains the garbage collector walks again and again, and
+    # the audit holds up to 10,000. ``AuditRecord.estimate`` reads the two texts first.
     source = (
-        c,
+        c.canon,
+        text,
+        c.result_digest,
+        c.result_size,
+        c._digest,
+        c.spec.redact_names,
+        c.status,
+        c.executed,
+        c.cache_hit,
+        c.coalesced,
+        c.idem_key,
+        c.idem_state,
+        c.reconcile_s,
+        c.attempts,
+        c.breaker,
+        c.started,
+        c.would,
+        c.flags,
+        c.cache_key is not None,
+        c.call_id,
         out.step,
         out.tool,
         out.correction is not None,
@@ -247,7 +261,7 @@ def _audit(
         stop,
     )
     record = AuditRecord(_values, source, st.session_id)
-    if len(c.canon) > _LARGE or len(c.text or "") > _LARGE or (c.result_size or 0) > _LARGE:
+    if len(c.canon) > _LARGE or len(text or "") > _LARGE or (c.result_size or 0) > _LARGE:
         record["time"]  # made now: a kept record must not hold the large call
     plain: dict[str, Any] | None = None
     for sink, lazy in gov.sink_modes:
@@ -263,46 +277,48 @@ def _audit(
 
 def _values(source: tuple[Any, ...]) -> list[Any]:
     """The record's values in ``audit.FIELDS`` order, from the snapshot ``_audit`` took."""
-    (c, step, tool, corrected, now, mark, signals, budget, last_progress, agent, session,
-     error_code, stop) = source  # fmt: skip
-    if c.result_digest is None and c.text is not None:
-        c.result_digest, c.result_size = digest(c.text), len(c.text)
+    (canon, text, result_digest, result_size, args_digest, redact, status, executed,
+     cache_hit, coalesced, idem_key, idem_state, reconcile_s, attempts, breaker, started,
+     would, flags, keyed, call_id, step, tool, corrected, now, mark, signals, budget,
+     last_progress, agent, session, error_code, stop) = source  # fmt: skip
+    if result_digest is None and text is not None:
+        result_digest, result_size = digest(text), len(text)
     saved = 0
-    if c.status is CACHED or c.status is REPLAYED or c.status is CORRECTED:
-        saved = (c.result_size or 0) // 4
+    if status is CACHED or status is REPLAYED or status is CORRECTED:
+        saved = (result_size or 0) // 4
     return [
         now,
         agent,
         session,
         step,
         tool,
-        c.args_digest,
-        args_field(c.canon, c.spec.redact_names),
-        c.result_digest,
-        c.result_size,
-        c.status.value,
-        c.executed,
-        c.cache_hit,
-        c.coalesced,
-        c.idem_key,
-        c.idem_state,
-        c.reconcile_s,
-        c.attempts,
-        c.breaker,
-        round((now - c.started) * 1000, 3),
+        digest(canon) if args_digest is None else args_digest,
+        args_field(canon, redact),
+        result_digest,
+        result_size,
+        status.value,
+        executed,
+        cache_hit,
+        coalesced,
+        idem_key,
+        idem_state,
+        reconcile_s,
+        attempts,
+        breaker,
+        round((now - started) * 1000, 3),
         mark,
         {} if signals is None else signals,
-        _decision(c),
-        c.would,
+        _decision(status, executed, coalesced),
+        would,
         error_code,
         corrected,
         {"tool_calls": budget[0], "tool": budget[1], "retries": budget[2]},
         last_progress,
         saved,
-        c.flags,
-        "hit" if c.cache_hit else ("miss" if c.cache_key is not None else "none"),
+        flags,
+        "hit" if cache_hit else ("miss" if keyed else "none"),
         stop,
-        c.call_id,
+        call_id,
     ]
 
 
@@ -317,9 +333,9 @@ _DECISIONS = {
 }
 
 
-def _decision(c: Call) -> str:
-    if c.coalesced:
+def _decision(status: Status, executed: bool, coalesced: bool) -> str:
+    if coalesced:
         return "coalesce"
-    if c.status is ERROR and not c.executed:
+    if status is ERROR and not executed:
         return "reject"
-    return _DECISIONS[c.status]
+    return _DECISIONS[status]

@@ -83,12 +83,11 @@ class AuditRecord(Mapping[str, Any]):
 
     def estimate(self) -> int:
         """About how many bytes this record holds, without making it: until first read it
-        holds the call (its arguments' text and its result's text); once made, its values."""
+        holds its arguments' text and its result's text; once made, its values."""
         if self._make is None:
             return _RECORD_BYTES + sum(len(v) for v in self._values if isinstance(v, str))
-        call = self._source[0] if self._source else None
-        text = getattr(call, "text", None)
-        return _RECORD_BYTES + len(getattr(call, "canon", "")) + len(text or "")
+        canon, text = self._source[:2]  # the pipeline's snapshot starts with the two texts
+        return _RECORD_BYTES + len(canon) + len(text or "")
 
     def __iter__(self) -> Iterator[str]:
         return iter(FIELDS)
