@@ -178,7 +178,7 @@ def result_said(text: str) -> str:
         return text
     try:
         value = orjson.loads(text)
-    except orjson.JSONDecodeError:
+    except ValueError:  # not JSON, or what orjson does not read (NaN, big integers)
         return text
     content = value.get("content") if isinstance(value, dict) else None
     if not isinstance(content, list) or not value.keys() <= _ENVELOPE:
@@ -204,7 +204,7 @@ def _carries(text: str, structured: Any) -> bool:
         return True
     try:
         parsed = orjson.loads(text)
-    except orjson.JSONDecodeError:
+    except ValueError:  # not JSON, or what orjson does not read (NaN, big integers)
         return False
     return parsed in (structured, wrapped)
 
