@@ -230,6 +230,14 @@ async def test_a_closed_world_read_runs_once_and_its_third_repeat_is_a_correctio
     assert "3 times with identical arguments" in text(answers[2])
 
 
+async def test_short_answers_to_new_queries_are_exploration_not_a_loop(mcp: Caller) -> None:
+    # judged with their MCP envelope, these lookups' answers were near-duplicates of one
+    # another and the 7th stopped the session (test_mcp_results.py says what is judged)
+    answers = [await mcp("lookup", {"key": f"k-new-{i}"}) for i in range(8)]
+    assert [status(a) for a in answers] == ["executed"] * 8
+    assert not any(a.is_error or headway_meta(a).get("correction") for a in answers)
+
+
 async def test_an_open_world_read_is_cached_inside_its_configured_ttl_and_run_again_after(
     mcp: Caller,
 ) -> None:

@@ -13,6 +13,9 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+import orjson
+
+from ._call import result_text
 from ._session import Governor, Session
 from .errors import HeadwayError, Stop
 from .outcome import Outcome, Status
@@ -150,6 +153,63 @@ def structured(value: Any) -> Mapping[str, Any]:
                 if isinstance(parsed, Mapping):
                     return parsed
     return {}
+
+
+def judge_results(gov: Governor) -> None:
+    """Make ``gov``'s detectors judge an MCP result by what it says (``result_said``), not
+    by its envelope; sessions opened from now on. Both forms of the proxy call it."""
+    if result_said not in gov.normalizers:
+        gov.normalizers = (result_said, *gov.normalizers)
+
+
+_ENVELOPE = frozenset(("content", "structuredContent", "isError", "_meta", "resultType"))
+
+
+def result_said(text: str) -> str:
+    """A normaliser: the text of an MCP ``CallToolResult`` (as JSON) that its detectors
+    judge, what the result says, once: its text blocks (non-text blocks as JSON), and its
+    ``structuredContent`` only when the text does not already carry it (the protocol asks
+    a tool to repeat its structured value as text; FastMCP wraps a plain value as
+    ``{"result": value}``). Not judged: ``_meta`` (protocol data: trace ids, timings) and
+    the envelope's field names, which made every result of a tool look alike (a short
+    answer judged as a 130-character text escaped the short-answer rule, and its escaped
+    newlines made a page one line). Any other text is returned as it is."""
+    if not text.startswith('{"'):
+        return text
+    try:
+        value = orjson.loads(text)
+    except ValueError:  # not JSON, or what orjson does not read (NaN, big integers)
+        return text
+    content = value.get("content") if isinstance(value, dict) else None
+    if not isinstance(content, list) or not value.keys() <= _ENVELOPE:
+        return text
+    said = "\n".join(
+        b["text"]
+        if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
+        else result_text(b)
+        for b in content
+    )
+    structured = value.get("structuredContent")
+    if structured is None or _carries(said, structured):
+        return said
+    return f"{said}\n{result_text(structured)}" if said else result_text(structured)
+
+
+def _carries(text: str, structured: Any) -> bool:
+    """The text is the structured value written as JSON, or FastMCP's wrapped value."""
+    wrapped = _NOTHING
+    if isinstance(structured, dict) and len(structured) == 1:
+        wrapped = structured.get("result", _NOTHING)
+    if wrapped == text:
+        return True
+    try:
+        parsed = orjson.loads(text)
+    except ValueError:  # not JSON, or what orjson does not read (NaN, big integers)
+        return False
+    return parsed in (structured, wrapped)
+
+
+_NOTHING: Any = object()
 
 
 def headway_meta(out: Outcome, session: str) -> dict[str, Any]:

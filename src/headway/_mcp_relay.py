@@ -30,7 +30,15 @@ from typing import Any
 
 import orjson
 
-from ._mcp_calls import answer_json, declare, error_json, govern, is_ask, not_final
+from ._mcp_calls import (
+    answer_json,
+    declare,
+    error_json,
+    govern,
+    is_ask,
+    judge_results,
+    not_final,
+)
 from ._session import Governor
 from .outcome import Outcome
 
@@ -228,6 +236,7 @@ class Relay:
 
     def __init__(self, gov: Governor, command: Sequence[str], session_id: str) -> None:
         self.gov = gov
+        judge_results(gov)
         self.session = gov.session(session_id)
         # its id is made for this process, which keeps the session: no run resumes it,
         # so its cache epochs stay in memory (a SQLite write per call saved)

@@ -36,6 +36,7 @@ from ._mcp_calls import (
     fallback_structured,
     govern,
     headway_meta,
+    judge_results,
     not_final,
 )
 from ._session import Governor
@@ -47,6 +48,7 @@ class Governance(Middleware):
 
     def __init__(self, gov: Governor, *, session_id: str | None = None) -> None:
         self.gov = gov
+        judge_results(gov)
         self.session_id = session_id  # stdio: one session for the whole process
         self._annotations: dict[str, dict[str, Any]] = {}
         self._raw: dict[str, bool] = {}  # tools whose structured results are not objects
