@@ -142,6 +142,22 @@ def test_a_stored_string_is_read_as_json_reads_it(text: str) -> None:
     assert loads(stored) == json.loads(stored) == text
 
 
+def test_a_long_string_is_escaped_once_and_each_gets_its_own_text() -> None:
+    """A swap's new record is the next swap's expected one: its stored form is remembered
+    (the last two long strings, by identity), never another string's, equal or not."""
+    records = [json.dumps({"steps": i, "w": ['say "hi"'] * 200}) for i in range(4)]
+    texts = [dumps(r) for r in records]
+    assert (
+        [dumps(r) for r in records[::-1]]
+        == texts[::-1]
+        == [json.dumps(r, ensure_ascii=False) for r in records[::-1]]
+    )
+    assert dumps(records[0]) is dumps(records[0])  # remembered: not escaped again
+    same = "".join(records[0])  # an equal string, another object
+    assert dumps(same) == texts[0]
+    assert dumps(records[1] + " ") == json.dumps(records[1] + " ")
+
+
 @pytest.mark.redis
 @pytest.mark.parametrize("steps", [70, 140])
 def test_a_redis_command_with_a_session_record_is_one_socket_write(

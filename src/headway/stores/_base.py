@@ -120,7 +120,22 @@ def skipped(op: Op, last: Any) -> bool:
 def dumps(value: Any) -> str:
     """The one form in which values are stored (``swap`` compares it exactly): JSON with
     sorted keys, compact, not ASCII-escaped, finite numbers only."""
+    global _memo
+    if type(value) is str and len(value) >= _LONG:
+        # a shared session's record: the text a swap writes is the one the next swap
+        # expects, and escaping 4-5 KB of JSON costs some 4 us each time
+        memo = _memo
+        for held, text in memo:
+            if held is value:
+                return text
+        text = text_of(value)[0]
+        _memo = (value, text), memo[0]  # one tuple, replaced whole: safe across threads
+        return text
     return text_of(value)[0]
+
+
+_LONG = 1024  # strings this long are remembered, the last two (by identity: strs never change)
+_memo: tuple[tuple[Any, str], tuple[Any, str]] = ((None, ""), (None, ""))
 
 
 def text_of(value: Any) -> tuple[str, bool]:
