@@ -84,6 +84,19 @@ def measure_all(
     return best
 
 
+def unreachable_budgets(h: ModuleType) -> Any:
+    """Budgets on: every kind set, with limits a benchmark never reaches."""
+    return h.Budgets(
+        turns=10**9,
+        tool_calls=10**9,
+        per_tool_calls=10**9,
+        retries_per_tool=10**9,
+        wall_clock_s=10**9,
+        tokens=10**12,
+        cost=10.0**9,
+    )
+
+
 def headway_rows(
     h: ModuleType,
     nxt: Callable[[], dict[str, Any]],
@@ -101,16 +114,7 @@ def headway_rows(
     gov.register("threaded", tool, effect="read", retry=h.Retry(attempts=3))  # timeout 30 s
     gov.register("uncached", tool, effect="read")  # every option at its default
     gov.register("write", tool, effect="write")  # an unkeyed write, defaults; "cached" is there
-    # budgets on: every kind set, with limits this run never reaches
-    budgets = h.Budgets(
-        turns=10**9,
-        tool_calls=10**9,
-        per_tool_calls=10**9,
-        retries_per_tool=10**9,
-        wall_clock_s=10**9,
-        tokens=10**12,
-        cost=10.0**9,
-    )
+    budgets = unreachable_budgets(h)
     hit_s = gov.session("hit", budgets=budgets)
     for v in (*VARIANTS, *BIG):
         hit_s.call("cached", v)
