@@ -3,10 +3,10 @@
 Plain JSON (str keys without a leading ``$`` and ASCII, str, bool, None, int within
 +-2**53, non-integral floats written the same way by Python and ECMAScript, lists, dicts)
 takes a fast path: one ``orjson`` pass (C), byte-identical to RFC 8785 (checked
-against the ``rfc8785`` reference by property tests). Short arguments are proved plain by
-checking that pass's output (``_written_as_rfc8785``); the others by a walk over them.
-Everything else is first mapped to plain JSON with the documented tagged forms below,
-then serialised by the reference.
+against the ``rfc8785`` reference by property tests). Arguments without floats are
+first tried by that pass alone, its output checked afterwards (``_one_pass``); the others
+are walked first to prove them plain. Everything else is first mapped to plain JSON with
+the documented tagged forms below, then serialised by the reference.
 
 Tagged forms (a dict with one ``$``-key, so they never collide with user data, whose
 ``$``-keys are escaped by doubling the ``$``):
@@ -54,6 +54,7 @@ import rfc8785
 from .errors import ArgumentError
 
 _MAX_SAFE = 2**53 - 1
+_SORTED = orjson.OPT_SORT_KEYS
 
 
 def _plain_leaf(x: Any) -> bool | None:
@@ -138,8 +139,8 @@ def canonical_json(value: Any) -> str:
         if len(out) <= _CHECKED and _written_as_rfc8785(value, out):
             return out
         # the others are walked (a "$", some floats, long arguments: reading those back
-        # would cost more than the walk). orjson sorts keys by code point, which is UTF-16
-        # order for the ASCII keys that _plain() lets through, and writes strings and
+        # would cost more than the walk). orjson sorts keys by code point, which is UTF-16 order
+        # for the ASCII keys that _plain() lets through, and writes strings and
         # shortest-form floats as RFC 8785 does (pinned by the property tests); the pass's
         # options change nothing for what _plain() lets through
         try:
