@@ -3,10 +3,8 @@
 Plain JSON (str keys without a leading ``$`` and ASCII, str, bool, None, int within
 +-2**53, non-integral floats written the same way by Python and ECMAScript, lists, dicts)
 takes a fast path: one ``orjson`` pass (C), byte-identical to RFC 8785 (checked
-against the ``rfc8785`` reference by property tests). Arguments without floats are
-first tried by that pass alone, its output checked afterwards (``_one_pass``); the others
-are walked first to prove them plain. Everything else is first mapped to plain JSON with
-the documented tagged forms below, then serialised by the reference.
+against the ``rfc8785`` reference by property tests). Everything else is first mapped to
+plain JSON with the documented tagged forms below, then serialised by the reference.
 
 Tagged forms (a dict with one ``$``-key, so they never collide with user data, whose
 ``$``-keys are escaped by doubling the ``$``):
@@ -42,7 +40,6 @@ import decimal
 import enum
 import hashlib
 import math
-import re
 import uuid
 from collections.abc import Mapping
 from pathlib import PurePath
@@ -109,86 +106,24 @@ def _plain(v: Any) -> bool:
     return True
 
 
-# One pass that refuses what it cannot write as JSON (subclasses of str, int, dict and
-# list, dataclasses, dates and times, bytes, sets, Decimal...: ``_refuse``) and integers
-# past +-(2**53 - 1).
-_ONE_PASS = (
-    orjson.OPT_SORT_KEYS
-    | orjson.OPT_STRICT_INTEGER
-    | orjson.OPT_PASSTHROUGH_DATACLASS
-    | orjson.OPT_PASSTHROUGH_DATETIME
-    | orjson.OPT_PASSTHROUGH_SUBCLASS
-)
-_ASTRAL = re.compile("[\U00010000-\U0010ffff]")  # characters past U+FFFF
-
-
-def _refuse(value: Any) -> Any:
-    raise TypeError  # not written natively by orjson: the walk and the reference decide
-
-
-_CHECKED = 256  # characters of output up to which it is checked, not the arguments walked
-
-
 def canonical_json(value: Any) -> str:
     """The canonical JSON text of ``value`` (RFC 8785 plus the tagged forms above)."""
     try:
-        out = orjson.dumps(value, default=_refuse, option=_ONE_PASS).decode()
+        plain = _plain(value)
+    except RecursionError:
+        plain = False  # circular or very deep: the slow path says which, with a path
+    try:
+        if plain:
+            # orjson (C) sorts keys by code point, which is UTF-16 order for the ASCII keys
+            # that _plain() lets through, and writes strings and shortest-form floats as
+            # RFC 8785 does (pinned by the property tests)
+            return orjson.dumps(value, option=_SORTED).decode()
     except orjson.JSONEncodeError:
-        pass  # not plain JSON (or lone surrogates, or too deep): the reference decides
-    else:
-        if len(out) <= _CHECKED and _written_as_rfc8785(value, out):
-            return out
-        # the others are walked (a "$", some floats, long arguments: reading those back
-        # would cost more than the walk). orjson sorts keys by code point, which is UTF-16 order
-        # for the ASCII keys that _plain() lets through, and writes strings and
-        # shortest-form floats as RFC 8785 does (pinned by the property tests); the pass's
-        # options change nothing for what _plain() lets through
-        try:
-            if _plain(value):
-                return out
-        except RecursionError:
-            pass  # very deep: the reference says so
+        pass  # lone surrogates, or nested past orjson's depth: the reference decides
     try:
         return rfc8785.dumps(_to_json(value, "args", set())).decode("utf-8", "surrogatepass")
     except RecursionError:
         raise ArgumentError("arguments are nested too deeply to canonicalise") from None
-
-
-def _written_as_rfc8785(value: Any, out: str) -> bool:
-    """Whether orjson's text of ``value`` is RFC 8785's, checked after the pass instead of
-    walking the arguments before it (short arguments: the walk was about 1.6 of a cache
-    hit's 11 us; reading the text back and comparing, both in C, about 0.9).
-
-    What orjson writes natively, but not as RFC 8785 does: a ``$`` opening a key (the
-    reference escapes it), keys with characters past U+FFFF (it sorts by code point, RFC
-    8785 by UTF-16 unit), some floats (``_floats_differ``), and what it writes as JSON
-    without being JSON: a UUID as a string, a ``Fragment`` as itself, NaN as null, which
-    the text read back does not equal. Enums of str and int read back equal: their
-    canonical form is their value. Conservative (the same marks inside a string send the
-    arguments to the walk); pinned to the reference by property tests.
-    """
-    if '"$' in out or (not out.isascii() and _ASTRAL.search(out)) or _floats_differ(out):
-        return False
-    try:
-        return bool(orjson.loads(out) == value)
-    except Exception:  # a value's own __eq__ failed
-        return False
-
-
-def _floats_differ(out: str) -> bool:
-    """Whether orjson's text may hold a float that RFC 8785 writes otherwise: an integral
-    one (``1.0``, where RFC 8785 writes ``1``) or one with an exponent (``1e+16``,
-    ``3.4e-6``, where it writes the digits out below 1e21 and from 1e-6). Every other
-    float orjson writes as RFC 8785 does (shortest digits, fixed notation)."""
-    if ".0" in out and (".0," in out or ".0}" in out or ".0]" in out or out.endswith(".0")):
-        return True
-    for sign in ("e-", "e+"):
-        i = out.find(sign)
-        while i > 0:
-            if out[i - 1].isdigit():  # an exponent follows a digit; in a word, a letter
-                return True
-            i = out.find(sign, i + 2)
-    return False
 
 
 def digest(*parts: str) -> str:
