@@ -51,15 +51,7 @@ def rows_of(h: Any, nxt: Callable[[], dict[str, Any]]) -> tuple[dict[str, Callab
     gov.register("plain", overhead.tool, effect="read", timeout=None)
     gov.register("uncached", overhead.tool, effect="read")
     gov.register("write", overhead.tool, effect="write")
-    budgets = h.Budgets(
-        turns=10**9,
-        tool_calls=10**9,
-        per_tool_calls=10**9,
-        retries_per_tool=10**9,
-        wall_clock_s=10**9,
-        tokens=10**12,
-        cost=10.0**9,
-    )
+    budgets = overhead.unreachable_budgets(h)
     hit = gov.session("hit", budgets=budgets)
     defaults = gov.session("defaults")
     for v in overhead.VARIANTS:

@@ -1,6 +1,6 @@
 """Replay the published agent runs in ../shared/traces/ through a Governor.
 
-    python bench/replay_traces.py [--traces DIR] [--limit N] [--source NAME ...]
+    python bench/replay_traces.py [--traces DIR] [--limit N] [--source NAME ...] [--steps FILE]
 
 Each recorded call goes through a real Governor in enforce mode; the recorded observation
 stands in for the tool. Tools are declared by what they do: tau-bench's write tools (the
@@ -17,6 +17,11 @@ a correction, runs stopped by a loop rule, and among the runs that succeeded (re
 the source's own verdict) how many were corrected and how many stopped (must be 0), with
 the id of each such stopped run. For Magentic-One it also compares with the
 orchestrator's own "is in loop" self-report.
+
+``--steps FILE`` also writes every call's verdict, one JSON line each (its audit record's
+status, mark, signals, decision, digests and stop, and the correction text), so that two
+versions' detectors can be compared call by call: run it with each version's ``src`` on
+``PYTHONPATH`` and diff the files. About 15 s for every source.
 """
 
 from __future__ import annotations
@@ -158,8 +163,25 @@ def observation(rec: dict[str, Any]) -> str:
     return text
 
 
-def replay_run(source: str, calls: list[dict[str, Any]]) -> dict[str, Any]:
-    gov = headway.Governor(audit=[], normalizers=NORMALIZERS)
+_VERDICT = ("tool", "status", "mark", "signals", "decision", "args_digest", "result_digest")
+_VERDICT += ("cache", "stop", "correction", "error")
+
+
+class _Verdicts:
+    """An audit sink keeping what the detectors and the pipeline decided of each call."""
+
+    def __init__(self) -> None:
+        self.kept: list[dict[str, Any]] = []
+
+    def write(self, record: Any) -> None:
+        self.kept.append({k: record[k] for k in _VERDICT})
+
+
+def replay_run(
+    source: str, calls: list[dict[str, Any]], steps: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    verdicts = _Verdicts()
+    gov = headway.Governor(audit=[] if steps is None else [verdicts], normalizers=NORMALIZERS)
     current: dict[str, Any] = {}
 
     def tool(**_: Any) -> str:
@@ -191,6 +213,8 @@ def replay_run(source: str, calls: list[dict[str, Any]]) -> dict[str, Any]:
         out["calls"] += 1
         try:
             o = s.call(name, args)
+            if steps is not None:  # the call's record, written as it settled
+                steps.append({"run": rec["run_id"], **verdicts.kept[-1], "text": o.correction})
         except headway.LoopDetected as stop:
             out["stopped"] = 1
             out["stop_step"] = rec["step"]
@@ -293,7 +317,9 @@ def main() -> None:
         action="store_true",
         help="add the opt-in normaliser of browser element numbers",
     )
+    ap.add_argument("--steps", type=Path, help="write every call's verdict here (JSON lines)")
     a = ap.parse_args()
+    steps: list[dict[str, Any]] | None = None if a.steps is None else []
     if not a.traces.exists():
         print(f"no traces at {a.traces}: nothing to replay")
         return
@@ -308,7 +334,7 @@ def main() -> None:
         results: dict[str, dict[str, Any]] = {}
         peers: dict[str, dict[str, bool]] = {}
         for calls in runs(path, a.limit):
-            results[calls[0]["run_id"]] = replay_run(source, calls)
+            results[calls[0]["run_id"]] = replay_run(source, calls, steps)
             peers[calls[0]["run_id"]] = peer_rules(source, calls)
         tot = collections.Counter[str]()
         for r in results.values():
@@ -367,6 +393,8 @@ def main() -> None:
                 f"stopped {len(caught)} of them; of the {len(flagged)} runs headway flagged, "
                 f"{len(agree)} are self-reported loops"
             )
+    if a.steps is not None and steps is not None:
+        a.steps.write_text("".join(json.dumps(v, sort_keys=True) + "\n" for v in steps))
     sys.stdout.flush()
 
 

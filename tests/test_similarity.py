@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import re
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as hs
 
-from headway.similarity import query_shape
+from headway.similarity import _VOLATILE, _volatile, query_shape, strip_volatile
 
 _WORDS = re.compile(r"[^\W\d_]+")
 
@@ -43,3 +43,19 @@ def test_cosmetic_variants_of_a_query_share_a_shape_and_other_queries_do_not() -
     assert query_shape(b) == "pattern launchcode offset"
     assert query_shape('{"q":"Ünïcode_wörds 42"}') == "q ünïcode wörds"
     assert query_shape('{"pattern":"launchpad*"}') != query_shape(a)
+
+
+# the characters the volatile patterns are made of, a few others, and a non-ASCII digit
+_VOLATILE_PARTS = "0123456789abcdefABCDEF:-T Z+.x\u0663\n"
+
+
+@settings(max_examples=1000, deadline=None)
+@given(hs.text(alphabet=_VOLATILE_PARTS, max_size=60))
+@example("at 12:30:45 ok")
+@example("2024-01-02T10:11Z")
+@example("id 0123456789abcdef done")
+@example("x 123e4567-e89b-12d3-a456-426614174000")
+@example("1\u0662:\u0663\u0664:\u0665\u0666")  # after an ASCII digit, \d takes others
+def test_strip_volatile_skips_only_texts_the_regex_leaves_alone(text: str) -> None:
+    # the shape check returns a text untouched only when the regex changes nothing
+    assert strip_volatile(text) == _VOLATILE.sub(_volatile, text)

@@ -679,8 +679,10 @@ class Monitor:
                     norms[nkey] = left
                 else:
                     del norms[nkey]
-                _uncount(self._probes, (old.probe,) if old.probe else ())
-                _uncount(self._units, old.units)
+                if old.probe:  # what it counted: a short result a probe, a long one units
+                    _uncount(self._probes, (old.probe,))
+                if old.units:
+                    _uncount(self._units, old.units)
                 if self._page is old:
                     self._page = None
         if window:
