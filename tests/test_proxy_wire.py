@@ -40,6 +40,8 @@ def test_a_long_number_in_a_line_reads_as_json_reads_it() -> None:
     assert type(loads(b'{"n": 18446744073709551616}')["n"]) is int
     assert loads(b'{"n": -9223372036854775809}') == {"n": -(2**63) - 1}
     assert loads(b'\xef\xbb\xbf{"n": 1}') == {"n": 1}  # a BOM: json reads it, orjson not
+    long = loads(json.dumps({"page": "x" * 100_000, "n": 2**64}).encode())
+    assert type(long["n"]) is int and long["n"] == 2**64
 
 
 @given(JSON)

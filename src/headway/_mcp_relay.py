@@ -23,7 +23,6 @@ import gc
 import itertools
 import json
 import os
-import re
 import signal
 import sys
 import uuid
@@ -435,10 +434,11 @@ def _parsed(line: bytes) -> Any:
 
 def loads(line: bytes) -> Any:
     """``json.loads``, by orjson where that gives the same values (four times faster): a
-    line under 4 KiB without a run of 19 digits (orjson reads integers past 64 bits as
-    floats); what orjson refuses and json takes (NaN, lone surrogates, UTF-16) goes to
-    json. A longer line goes to json at once: the check (13 ns a byte) would cost more."""
-    if len(line) < _CHECKED and _LONG_NUMBER.search(line) is None:
+    line without a run of 19 digits (orjson reads integers past 64 bits as floats); what
+    orjson refuses and json takes (NaN, lone surrogates, UTF-16) goes to json. The check
+    is a translation (every digit to "0", the rest to spaces) and a search, 0.6 ns a
+    byte (a regular expression took 13 ns, more than it saved on a long line)."""
+    if _LONG_NUMBER not in line.translate(_DIGITS):
         try:
             return orjson.loads(line)
         except orjson.JSONDecodeError:
@@ -446,8 +446,8 @@ def loads(line: bytes) -> Any:
     return json.loads(line)
 
 
-_CHECKED = 4096
-_LONG_NUMBER = re.compile(rb"\d{19}")  # 19 digits may pass 64 bits; fewer never do
+_DIGITS = bytes(0x30 if 0x30 <= c <= 0x39 else 0x20 for c in range(256))  # "0" or " "
+_LONG_NUMBER = b"0" * 19  # 19 digits may pass 64 bits; fewer never do
 
 
 def dumps(message: Any) -> bytes:
