@@ -6,7 +6,8 @@ Each path is a process over stdio in front of the same upstream (tests/mcp_upstr
 its ``echo`` tool, a new argument per call): ``direct`` (the upstream itself), ``relay``
 (bench/proxy_latency.py's byte relay) and, for each NAME=SRC, ``headway proxy`` with its
 defaults (a SQLite store and audit, a file of its own) run with the headway package of
-SRC (say ``base=/work/main/src this=src``). The paths take turns call by call; the client
+SRC (say ``base=/work/main/src this=src``). The paths take turns call by call, in a new
+order each round; the client
 writes a line and reads lines until the answer, so its own time is small and alike for
 all. Prints each path's median and the CPU per call of its process (Linux ``/proc``), and of
 that the share of its main thread (for headway: the event loop; the rest is mostly the
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -67,12 +69,14 @@ def main() -> None:
                 assert proc.stdin is not None
                 proc.stdin.close()
                 proc.wait()
-    print(f"{args.calls} calls per path, taking turns (median, CPU per call of the process)")
+    print(f"{args.calls} calls per path, taking turns (median, p90, CPU per call of the process)")
     direct = statistics.median(times["direct"])
     for name, t in times.items():
         median = statistics.median(t)
+        p90 = statistics.quantiles(t, n=10)[-1]
         print(
             f"  {name:10s} {median * 1000:7.3f} ms ({(median - direct) * 1000:+.3f})"
+            f"  p90 {p90 * 1000:7.3f} ms"
             f"   CPU {cpu[name][0] * 1000:6.3f} ms (main thread {cpu[name][1] * 1000:6.3f})"
         )
 
@@ -89,8 +93,11 @@ def measure(
             rpc(proc, call(i + 1, f"warm {i}"))
     times: dict[str, list[float]] = {name: [] for name in procs}
     before = {name: (cpu_seconds(p.pid), cpu_seconds(p.pid, p.pid)) for name, p in procs.items()}
+    order = list(procs.items())
+    shuffle = random.Random(12).shuffle
     for i in range(calls):
-        for name, proc in procs.items():
+        shuffle(order)  # no path always runs right after the same other one
+        for name, proc in order:
             start = time.perf_counter()
             answer = rpc(proc, call(100 + i, f"call {i}"))
             times[name].append(time.perf_counter() - start)

@@ -204,6 +204,40 @@ async def test_the_stdio_session_keeps_its_cache_epochs_in_memory_not_in_the_sto
     assert gov.store.get(gov.generation_key(session_id)) == started
 
 
+async def test_a_tools_call_from_stdin_starts_after_the_lines_still_waiting_before_it(
+    tmp_path: Path,
+) -> None:
+    """The client's lines are handled as they arrive: a ``tools/call`` starts at once,
+    unless earlier lines still wait to go upstream (here the ``initialize`` that starts
+    it): then after them, in order."""
+    relay, ask = relay_in_process(tmp_path)
+    hello = {"protocolVersion": "2025-06-18", "capabilities": {}}
+    hello["clientInfo"] = {"name": "test", "version": "1"}
+    lines: list[dict[str, Any]] = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "lookup"}},
+    ]
+    try:
+        for line in lines:
+            relay._from_stdin(json.dumps(line).encode() + b"\n")
+        assert 2 not in relay._calls  # it waits behind the handshake
+        forwarding = relay._forwarding
+        assert forwarding is not None
+        await forwarding
+        assert 2 in relay._calls
+        # a call with no line waiting before it starts at once
+        call = {"name": "lookup", "arguments": {"key": "b"}}
+        relay._from_stdin(json.dumps({**lines[2], "id": 3, "params": call}).encode())
+        assert 3 in relay._calls
+        answer = await ask(4, "tools/call", {"name": "lookup", "arguments": {"key": "c"}})
+        await asyncio.gather(*relay._calls.values())
+    finally:
+        await relay.upstream.close()
+    assert answer["result"]["_meta"]["headway"]["status"] == "executed"
+    assert relay.upstream.handshake == lines[:2]
+
+
 class RawClient:
     """JSON-RPC lines to a ``headway proxy`` process over its stdio, after the handshake."""
 

@@ -1,4 +1,4 @@
-"""The stdio relay's wire: the JSON it writes has the values ``json`` writes (orjson where
+"""The stdio relay's wire: its JSON gives the values ``json`` gives, both ways (orjson where
 that is exact), and its pipe reader hands on every line as ``readline`` would."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from headway import _mcp_relay
-from headway._mcp_relay import READ_SIZE, _Lines, dumps
+from headway._mcp_relay import READ_SIZE, _Lines, dumps, loads
 
 # JSON values, with integers past 64 bits and the floats json writes but JSON has not
 JSON = st.recursive(
@@ -26,6 +26,22 @@ JSON = st.recursive(
 def same(a: Any, b: Any) -> bool:
     """Equal values of equal types (1 is not 1.0, NaN is NaN): json writes them alike."""
     return json.dumps(a) == json.dumps(b)
+
+
+@given(JSON)
+def test_a_line_reads_as_json_reads_it(value: Any) -> None:
+    line = json.dumps(value).encode()
+    assert same(loads(line), json.loads(line))
+
+
+def test_a_long_number_in_a_line_reads_as_json_reads_it() -> None:
+    # orjson reads integers past 64 bits as floats: json decides for these
+    assert loads(b'{"n": 18446744073709551616}') == {"n": 2**64}
+    assert type(loads(b'{"n": 18446744073709551616}')["n"]) is int
+    assert loads(b'{"n": -9223372036854775809}') == {"n": -(2**63) - 1}
+    assert loads(b'\xef\xbb\xbf{"n": 1}') == {"n": 1}  # a BOM: json reads it, orjson not
+    long = loads(json.dumps({"page": "x" * 100_000, "n": 2**64}).encode())
+    assert type(long["n"]) is int and long["n"] == 2**64
 
 
 @given(JSON)

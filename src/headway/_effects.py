@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable, Generator, Mapping
 from typing import Any, NamedTuple, TypeVar
 
+from ._deadlines import Deadline
+
 T = TypeVar("T")
 
 
@@ -278,12 +280,17 @@ def drive_sync(plan: Plan[T], sleep: Callable[[float], None] = time.sleep) -> T:
 
 async def _attempt_async(e: Attempt) -> Any:
     if e.is_async:
+        # cancelled on timeout (asyncio.timeout's rule, one timer per loop: ``_deadlines``)
+        due = None if e.timeout is None else Deadline(e.timeout)
         try:
-            # cancelled on timeout; asyncio.timeout, unlike wait_for, makes no task per call
-            async with asyncio.timeout(e.timeout):
-                return await e.fn(**e.kwargs)
-        except TimeoutError:
-            raise AttemptTimeout(e.timeout or 0.0) from None
+            value = await e.fn(**e.kwargs)
+        except BaseException as exc:
+            if (due is not None and due.end(exc)) or isinstance(exc, TimeoutError):
+                raise AttemptTimeout(e.timeout or 0.0) from None
+            raise
+        if due is not None:
+            due.end(None)
+        return value
     # a sync tool must not block the event loop: it runs in a thread, abandoned on timeout.
     # A quick one is waited for briefly without leaving the loop (waking a loop from
     # another thread costs more than most tools take); past that, the thread wakes the loop

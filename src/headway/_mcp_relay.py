@@ -17,6 +17,7 @@ with an error at once, never left to hang.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import gc
 import itertools
@@ -66,6 +67,9 @@ class Upstream:
         self._reader: asyncio.Task[None] | None = None
 
     async def ensure(self) -> asyncio.subprocess.Process:
+        proc, lines = self.proc, self._lines
+        if proc is not None and proc.returncode is None and lines and not lines.ended.done():
+            return proc  # running: no lock to take
         async with self._lock:
             proc, lines = self.proc, self._lines
             if proc is not None and proc.returncode is None and lines and not lines.ended.done():
@@ -156,7 +160,7 @@ class Upstream:
 
     def _received(self, line: bytes) -> None:
         try:
-            message = json.loads(line)
+            message = loads(line)
         except ValueError:
             message = None
         rid = message.get("id") if isinstance(message, dict) else None
@@ -247,6 +251,9 @@ class Relay:
         self._forwarded: dict[Any, str] = {}  # the client's requests in flight -> method
         self._calls: dict[Any, asyncio.Task[None]] = {}  # governed tools/call in flight
         self._listed = False
+        self._backlog: collections.deque[tuple[bytes, Any]] = collections.deque()
+        self._forwarding: asyncio.Task[None] | None = None
+        self._reading: asyncio.ReadTransport | None = None
 
     def to_client(self, message: bytes | Mapping[str, Any]) -> None:
         # a blocking write: the client reads its pipe, and an asyncio pipe transport
@@ -260,40 +267,68 @@ class Relay:
         # walking it again and again (a full collection would add its time to a call)
         gc.freeze()
         loop = asyncio.get_running_loop()
-        stdin = asyncio.StreamReader(limit=LINE_LIMIT)
-        reading, _ = await loop.connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(stdin), sys.stdin
-        )
+        stdin = _Lines(self._from_stdin)
+        self._reading, _ = await loop.connect_read_pipe(lambda: stdin, sys.stdin)
         # a client that ends the proxy with SIGTERM ends it as closing its stdin does: the
         # calls in flight are cancelled, the upstream closed and the audit trail written out
-        loop.add_signal_handler(signal.SIGTERM, reading.close)
-        reading.max_size = READ_SIZE  # type: ignore[attr-defined]  # see READ_SIZE
+        loop.add_signal_handler(signal.SIGTERM, self._reading.close)
         try:
-            while line := await stdin.readline():
-                if line.strip():
-                    await self.from_client(line)
+            await stdin.ended
+            if self._forwarding is not None:  # what came before the end goes on first
+                await self._forwarding
         finally:
             loop.remove_signal_handler(signal.SIGTERM)
             for task in self._calls.values():
                 task.cancel()
             await self.upstream.close()
 
-    async def from_client(self, line: bytes) -> None:
+    def _from_stdin(self, line: bytes) -> None:
+        """A line as it arrives: a ``tools/call`` starts at once unless lines wait before
+        it (no turn of a reader task in between); the rest is forwarded in order."""
+        if not line.strip():
+            return
+        message = _parsed(line)
+        if self._forwarding is None and self._call(message):
+            return
+        self._backlog.append((line, message))
+        if len(self._backlog) > _BACKLOG:  # the upstream is slow to take them: wait
+            self._reading.pause_reading()  # type: ignore[union-attr]
+        if self._forwarding is None:
+            self._forwarding = asyncio.create_task(self._forward())
+
+    async def _forward(self) -> None:
         try:
-            message = json.loads(line)
-        except ValueError:
-            message = None
+            while self._backlog:
+                line, message = self._backlog.popleft()
+                if len(self._backlog) == _BACKLOG:
+                    self._reading.resume_reading()  # type: ignore[union-attr]
+                await self._handle(line, message)
+        finally:
+            self._forwarding = None
+
+    async def from_client(self, line: bytes) -> None:
+        """One line from the client."""
+        await self._handle(line, _parsed(line))
+
+    def _call(self, message: Any) -> bool:
+        """Start a governed ``tools/call``; False for any other message."""
+        if not isinstance(message, dict) or message.get("method") != "tools/call":
+            return False
+        rid = message.get("id")
+        if rid is None:
+            return False
+        self._calls[rid] = asyncio.create_task(self._tool_call(rid, message.get("params") or {}))
+        return True
+
+    async def _handle(self, line: bytes, message: Any) -> None:
+        if self._call(message):
+            return
         if isinstance(message, dict) and isinstance(message.get("method"), str):
             method, rid = message["method"], message.get("id")
-            if method == "tools/call" and rid is not None:
-                task = asyncio.create_task(self._tool_call(rid, message.get("params") or {}))
-                self._calls[rid] = task
-                task.add_done_callback(lambda _: self._calls.pop(rid, None))
-                return
             if method == "notifications/cancelled":
                 target = (message.get("params") or {}).get("requestId")
                 if target in self._calls:  # its upstream request is cancelled under our id
-                    self._calls[target].cancel()
+                    self._calls.pop(target).cancel()
                     return
                 self._forwarded.pop(target, None)  # the upstream may never answer it
             if rid is not None:
@@ -386,6 +421,33 @@ class Relay:
             raise  # the client cancelled: it expects no answer
         except Exception as exc:  # never leave the client waiting
             self.to_client(_rpc_error(rid, f"headway proxy: {type(exc).__name__}: {exc}"))
+        finally:
+            self._calls.pop(rid, None)
+
+
+def _parsed(line: bytes) -> Any:
+    try:
+        return loads(line)
+    except ValueError:
+        return None
+
+
+def loads(line: bytes) -> Any:
+    """``json.loads``, by orjson where that gives the same values (four times faster): a
+    line without a run of 19 digits (orjson reads integers past 64 bits as floats); what
+    orjson refuses and json takes (NaN, lone surrogates, UTF-16) goes to json. The check
+    is a translation (every digit to "0", the rest to spaces) and a search, 0.6 ns a
+    byte (a regular expression took 13 ns, more than it saved on a long line)."""
+    if _LONG_NUMBER not in line.translate(_DIGITS):
+        try:
+            return orjson.loads(line)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(line)
+
+
+_DIGITS = bytes(0x30 if 0x30 <= c <= 0x39 else 0x20 for c in range(256))  # "0" or " "
+_LONG_NUMBER = b"0" * 19  # 19 digits may pass 64 bits; fewer never do
 
 
 def dumps(message: Any) -> bytes:
@@ -408,6 +470,7 @@ _AS_JSON_DOES = (
     | orjson.OPT_PASSTHROUGH_SUBCLASS
 )
 
+_BACKLOG = 256
 _HANDSHAKE = ("initialize", "notifications/initialized")
 _LIST_CHANGED = "notifications/tools/list_changed"
 

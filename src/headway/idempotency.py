@@ -220,6 +220,8 @@ class Writes:
         """A ticket to run the tool (a claim, or ``RUN``), or None when settled here."""
         if c.idem_key is not None:
             return (yield from self._keyed(gov, c))
+        if not st.unknown_writes:  # the common case: no digest of the arguments to make
+            return RUN
         rkey = _unkeyed_key(st, c)
         if rkey in st.unknown_writes:
             verdict, result = yield from self._reconcile(gov, c, rkey)
