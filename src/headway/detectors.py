@@ -21,12 +21,14 @@ from typing import Any, Literal, NamedTuple, Protocol
 import orjson
 
 from ._call import describe
+from ._seen import Seen
 from ._spec import ToolSpec
 from .outcome import CACHED, CORRECTED, ERROR, EXECUTED, FALLBACK, REPLAYED, UNKNOWN, Status, render
 from .similarity import (
     SHORT,
     SKETCH_FLOOR,
     SKETCH_MIN,
+    UNITS,
     Normalizer,
     apply,
     content_units,
@@ -300,7 +302,7 @@ class Monitor:
         self._last_value: dict[str, Any] = {}  # tool -> last successful result
         self._errors: dict[str, tuple[str, int]] = {}  # tool -> (fingerprint, run length)
         self._polls: dict[str, tuple[int, float]] = {}  # key -> (unchanged polls, since)
-        self._units: dict[int, int] = {}  # content units of the window's results -> count
+        self._units = Seen(window * UNITS)  # content units of the window's results
         self._probes: dict[int, int] = {}  # (tool, query shape, short result) in the window
         self._page: Observation | None = None  # the window's last long result
         self._held: list[Observation] = []  # window steps whose norm was rebuilt (_hold)
@@ -485,7 +487,7 @@ class Monitor:
             if self._near_any(step):
                 step.duplicate = True
                 signals["near_duplicate"] = True
-        elif all(u in self._units for u in step.units) or (
+        elif self._units.all_in(step.units, self.window) or (
             not self._edits_last(step) and self._near_any(step)
         ):
             # a new target whose result shows nothing the window has not seen, or that
@@ -680,7 +682,7 @@ class Monitor:
                 else:
                     del norms[nkey]
                 _uncount(self._probes, (old.probe,) if old.probe else ())
-                _uncount(self._units, old.units)
+                self._units.remove(old.units)
                 if self._page is old:
                     self._page = None
         if window:
@@ -695,13 +697,13 @@ class Monitor:
         if step.nlen >= 0:
             nkey = step.nkey
             norms[nkey] = norms.get(nkey, 0) + 1
-            probes, units = self._probes, self._units
+            probes = self._probes
             if step.probe:
                 probes[step.probe] = probes.get(step.probe, 0) + 1
-            for u in step.units:
-                units[u] = units.get(u, 0) + 1
             if step.units:
+                self._units.add(step.units)
                 self._page = step
+        self._units.fit(window)
         earlier = last.get(step.key)
         if earlier is not None and (step.status is CACHED or step.status is CORRECTED):
             earlier.unchanged = True  # served again: the result did not change
@@ -748,8 +750,8 @@ class Monitor:
                 self._norms[step.nkey] = self._norms.get(step.nkey, 0) + 1
                 if step.probe:
                     self._probes[step.probe] = self._probes.get(step.probe, 0) + 1
-                for u in step.units:
-                    self._units[u] = self._units.get(u, 0) + 1
+                self._units.add(step.units)
+        self._units.fit(self.window)
         window = list(self.window)
         self._last_of_key = {window[i].key: window[i] for i in data["last"] if i < len(window)}
         page = data["page"]
