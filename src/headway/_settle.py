@@ -262,7 +262,9 @@ def _audit(
         now,
         mark,
         signals or None,  # most steps have none: no empty dict kept per record
-        *budget,
+        budget[0],
+        budget[1],
+        budget[2],
         last_progress,
         st.session_id,
         None if rare == _PLAIN else rare,  # most calls: one slot for eleven fields
