@@ -665,6 +665,8 @@ class Monitor:
 
     def _push(self, step: Observation) -> None:
         window, keys, norms, last = self.window, self._keys, self._norms, self._last_of_key
+        units = self._units
+        resized = False  # the window's units changed: the filter may need another size
         if len(window) == window.maxlen:  # the oldest step leaves: uncount it
             old = window[0]
             if last.get(old.key) is old:
@@ -682,7 +684,9 @@ class Monitor:
                 else:
                     del norms[nkey]
                 _uncount(self._probes, (old.probe,) if old.probe else ())
-                self._units.remove(old.units)
+                if old.units:
+                    units.remove(old.units)
+                    resized = True
                 if self._page is old:
                     self._page = None
         if window:
@@ -701,9 +705,11 @@ class Monitor:
             if step.probe:
                 probes[step.probe] = probes.get(step.probe, 0) + 1
             if step.units:
-                self._units.add(step.units)
+                units.add(step.units)
                 self._page = step
-        self._units.fit(window)
+                resized = True
+        if resized:
+            units.fit(window)
         earlier = last.get(step.key)
         if earlier is not None and (step.status is CACHED or step.status is CORRECTED):
             earlier.unchanged = True  # served again: the result did not change
