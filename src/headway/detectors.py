@@ -15,7 +15,7 @@ import struct
 import sys
 from array import array
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Literal, NamedTuple, Protocol
 
 import orjson
@@ -189,7 +189,7 @@ class Observation:
         found = self._sketch
         if found is None:
             found = frozenset(map(hash, sketch(self.norm or "")))
-            self._sketch = array("q", found) if packed else found
+            self._sketch = _packed("q", found) if packed else found
         return found
 
     def arg_grams(self) -> frozenset[str]:
@@ -203,9 +203,9 @@ class Observation:
         decisions read nothing else of an older step."""
         self._shingles = self._arg_grams = None
         if self._sketch is not None and not isinstance(self._sketch, array):
-            self._sketch = array("q", self._sketch)
+            self._sketch = _packed("q", self._sketch)
         if self.units:
-            self.units = array("Q", self.units)
+            self.units = _packed("Q", self.units)
         norm = self._norm
         if norm is not None and self.nlen >= SHORT:
             _ = self.nkey  # compared by digest from now on
@@ -805,6 +805,13 @@ class Monitor:
         args: str = "",
     ) -> Observation:
         """A step to pass to ``after()``; stored texts are capped so memory stays bounded."""
+        prev = self._last_of_key.get(key)
+        if prev is not None:  # a repeated call: the window keeps its texts once
+            key = prev.key
+            if args_id == prev.args_id:
+                args_id = prev.args_id
+            if args == prev.args:
+                args = prev.args
         norm = None
         units = _NO_UNITS
         probe = 0
@@ -931,6 +938,12 @@ def _json_copy(value: Any) -> Any:
 
 def _sha(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _packed(code: str, values: Collection[int]) -> array[int]:
+    """An array of exactly the values' size (one filled from a set grows as it goes: up to
+    32 bytes more each, and a window keeps two per step)."""
+    return array(code, list(values))
 
 
 def _uncount(counts: dict[int, int], items: Any) -> None:
