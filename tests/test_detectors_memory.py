@@ -239,3 +239,34 @@ def test_a_window_step_s_packed_hashes_have_no_spare_room() -> None:
     assert isinstance(o.units, array) and isinstance(o._sketch, array)
     for packed in (o.units, o._sketch):
         assert sys.getsizeof(packed) == sys.getsizeof(array(packed.typecode, packed.tolist()))
+
+
+def test_a_step_no_decision_reads_again_keeps_no_text() -> None:
+    """One file read once, then four read in turn: a read older than the last 8 of its
+    tool that a later read of the same file replaced is never compared again. Its text
+    and sketch are dropped; its digest still counts (the same content again is the same
+    result), and a session record restores it so."""
+    m = Monitor(limit=10**6, window=32, normalizers=DEFAULT_NORMALIZERS)
+    texts = [page(9, 0)] + [page(i % 4, i // 4) for i in range(1, 20)]
+    for i, text in enumerate(texts):
+        feed(m, i, f"read_file:{i % 4 if i else 'once'}", text)
+    kept = [o.text is not None for o in m.window]
+    assert kept == [True] + [False] * 11 + [True] * 8  # the last of a call, the last 8
+    assert all(o._sketch is None for o in list(m.window)[1:12])
+
+    again = Monitor(limit=10**6, window=32, normalizers=DEFAULT_NORMALIZERS)
+    again.restore(orjson.loads(orjson.dumps(m.snapshot())))
+    for monitor in (m, again):  # the first read's content, under another name
+        obs = monitor.observation(
+            20, "read_file", "read_file:x", "x", "read", headway.Status.EXECUTED, texts[1]
+        )
+        v = monitor.after(SPEC, obs, texts[1], 20.0, 10**6)
+        assert v.signals.get("same_result") is True
+
+
+def test_a_plug_in_reads_every_window_step_s_text() -> None:
+    seen = Seen()
+    m = Monitor(limit=10**6, window=32, normalizers=DEFAULT_NORMALIZERS, detectors=[seen])
+    for i in range(20):
+        feed(m, i, f"read_file:{i % 4}", page(i % 4, i // 4))
+    assert all(o.text is not None for o in m.window)

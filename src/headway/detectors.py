@@ -220,6 +220,12 @@ class Observation:
             if self._derive is None:  # the normalised result is kept: the head suffices
                 self._text = text[:_TEXT_KEPT]
 
+    def _retire(self) -> None:
+        """Keep only what an older step is counted by (``Monitor._retire``)."""
+        _ = self.nkey
+        self._text = self._norm = self._sketch = self._derive = None
+        self._size = -1
+
     def _compact(self) -> None:
         """Drop a normalised result that the text rebuilds (done one step after
         ``_settle``: a session record stores the last step with it)."""
@@ -716,6 +722,28 @@ class Monitor:
             earlier._json = None
         else:
             last[step.key] = step
+        if step.nlen >= SHORT and not self.pushed & 1 and not self.detectors:
+            self._retire()  # a walk of the window (~2 us): after every other long result
+
+    def _retire(self) -> None:
+        """Drop the texts and sketches of window steps that no decision reads again: an
+        older result is compared only while it is among the last ``_CANDIDATES`` of its
+        tool, the last of its call, or the window's last page, and none of these comes
+        back once lost. Only when no plug-in reads the window."""
+        seen: dict[str, int] = {}
+        last, page = self._last_of_key, self._page
+        for o in reversed(self.window):
+            if o.nlen < 0:
+                continue
+            n = seen[o.tool] = seen.get(o.tool, 0) + 1
+            if (
+                n > _CANDIDATES
+                and o._text is not None
+                and o.nlen >= SHORT
+                and last.get(o.key) is not o
+                and o is not page
+            ):
+                o._retire()
 
     # -- a session record (a session shared by workers through the store) ---------------
 
@@ -879,7 +907,8 @@ def _dump_step(o: Observation) -> str:
         None if text is None else text[:_TEXT_KEPT],
         size,
         norm,
-        o.nkey if o.nlen > _CAPPED else None,  # a shorter one is its own excerpt
+        # a shorter one is its own excerpt; a retired step keeps only its digest
+        o.nkey if o.nlen > _CAPPED or (norm is None and o.nlen >= 0) else None,
         o.nlen,
         o.error,
         o.mark,
