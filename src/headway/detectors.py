@@ -61,6 +61,8 @@ class Observation:
     shingled whole is kept whole, and its normalised form is rebuilt from it when a later
     step is compared with it), its normalised result past 4 KiB as the head and tail that
     shingling reads, a digest to compare results by, its sketch and content units packed.
+    A step that no decision reads again keeps its digest and units only (``Monitor._retire``:
+    never while a plug-in reads the window).
     """
 
     __slots__ = (
