@@ -206,3 +206,67 @@ def test_a_request_reissued_in_new_words_is_compared_with_one_compared_before() 
         v = m.after(SPEC, obs, None, float(i), 10**6)
         marks.append((v.mark, v.signals.get("near_duplicate")))
     assert marks == [("progress", None), ("progress", None), ("no_progress", True)]
+
+
+def test_a_repeated_call_s_step_shares_the_previous_step_s_texts() -> None:
+    """The same call again (a re-read): its key and argument texts are the earlier step's
+    strings, not equal copies (each ~100 bytes a step)."""
+    m = Monitor(limit=10**6, window=32, normalizers=DEFAULT_NORMALIZERS)
+    args = '{"path":"src/app.py"}'
+    steps = []
+    for i in range(2):
+        key = "read_file:" + args[:-1] + "}"  # a new string per call, as the pipeline's
+        text = page(1, i)
+        obs = m.observation(
+            i, "read_file", key, key[10:], "read", headway.Status.EXECUTED, text, args=key[10:]
+        )
+        m.after(SPEC, obs, text, float(i), 10**6)
+        steps.append(obs)
+    assert steps[1].key is steps[0].key
+    assert steps[1].args_id is steps[0].args_id and steps[1].args is steps[0].args
+
+
+def test_a_window_step_s_packed_hashes_have_no_spare_room() -> None:
+    """Its sketch and content units as arrays of exactly their size (filled from a set, an
+    array grows as it goes: up to 32 bytes more each, two a step)."""
+    import sys
+    from array import array
+
+    m = Monitor(limit=10**6, window=32, normalizers=DEFAULT_NORMALIZERS)
+    for i in range(4):
+        feed(m, i, "read_file:a", page(1, i, lines=30))
+    o = m.window[0]
+    assert isinstance(o.units, array) and isinstance(o._sketch, array)
+    for packed in (o.units, o._sketch):
+        assert sys.getsizeof(packed) == sys.getsizeof(array(packed.typecode, packed.tolist()))
+
+
+def test_a_step_no_decision_reads_again_keeps_no_text() -> None:
+    """One file read once, then four read in turn: a read older than the last 8 of its
+    tool that a later read of the same file replaced is never compared again. Its text
+    and sketch are dropped; its digest still counts (the same content again is the same
+    result), and a session record restores it so."""
+    m = Monitor(limit=10**6, window=32, normalizers=DEFAULT_NORMALIZERS)
+    texts = [page(9, 0)] + [page(i % 4, i // 4) for i in range(1, 20)]
+    for i, text in enumerate(texts):
+        feed(m, i, f"read_file:{i % 4 if i else 'once'}", text)
+    kept = [o.text is not None for o in m.window]
+    assert kept == [True] + [False] * 11 + [True] * 8  # the last of a call, the last 8
+    assert all(o._sketch is None for o in list(m.window)[1:12])
+
+    again = Monitor(limit=10**6, window=32, normalizers=DEFAULT_NORMALIZERS)
+    again.restore(orjson.loads(orjson.dumps(m.snapshot())))
+    for monitor in (m, again):  # the first read's content, under another name
+        obs = monitor.observation(
+            20, "read_file", "read_file:x", "x", "read", headway.Status.EXECUTED, texts[1]
+        )
+        v = monitor.after(SPEC, obs, texts[1], 20.0, 10**6)
+        assert v.signals.get("same_result") is True
+
+
+def test_a_plug_in_reads_every_window_step_s_text() -> None:
+    seen = Seen()
+    m = Monitor(limit=10**6, window=32, normalizers=DEFAULT_NORMALIZERS, detectors=[seen])
+    for i in range(20):
+        feed(m, i, f"read_file:{i % 4}", page(i % 4, i // 4))
+    assert all(o.text is not None for o in m.window)

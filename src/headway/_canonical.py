@@ -128,12 +128,20 @@ def canonical_json(value: Any) -> str:
 
 def digest(*parts: str) -> str:
     """sha256 over the parts, separated so that ("ab", "c") and ("a", "bc") differ."""
-    text = "\x1f".join(parts)
+    return _sha256("\x1f".join(parts)).hexdigest()
+
+
+def sha256_of(text: str) -> bytes:
+    """The 32 bytes whose hex is ``digest(text)``."""
+    return _sha256(text).digest()
+
+
+def _sha256(text: str) -> hashlib._Hash:
     try:
         data = text.encode()
     except UnicodeEncodeError:  # lone surrogates: still one stable digest
         data = text.encode("utf-8", "surrogatepass")
-    return hashlib.sha256(data).hexdigest()
+    return hashlib.sha256(data)
 
 
 def _key(k: Any, path: str) -> str:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import _shared
 from ._call import Call, result_text
-from ._canonical import digest
+from ._canonical import digest, sha256_of
 from .audit import AuditRecord, args_field, summarize
 from .budgets import diagnostic
 from .errors import BudgetExceeded, LoopDetected, Stop
@@ -34,6 +34,8 @@ _outcome = tuple.__new__  # a NamedTuple built from its full field tuple: the ch
 _WITH_VALUE = frozenset((EXECUTED, CACHED, REPLAYED, FALLBACK))
 _DIGEST_NOW = 1024  # characters of a result past which its record keeps only its digest
 _LARGE = 4096  # characters of arguments or result past which a record is made at once
+# a record's fields that most calls leave at these values (``_audit`` keeps them as None)
+_PLAIN = (False, None, None, None, "closed", None, (), False, None, None, None)
 
 
 def reach(gov: Governor, st: SessionState, stop: Stop) -> None:
@@ -214,54 +216,61 @@ def _audit(
     if c.result_digest is None and c.text is None and out.value is not None:
         c.text = result_text(out.value)  # now: the caller may change the value later
     text = c.text
-    if text is not None and len(text) >= _DIGEST_NOW and c.result_digest is None:
+    result_digest: str | bytes | None = c.result_digest
+    result_size = c.result_size
+    if text is not None and len(text) >= _DIGEST_NOW and result_digest is None:
         # a long result is digested now rather than kept until the record is read: the
         # audit outlives the detector window by thousands of records (a few us for a
-        # result whose judging took a hundred times that)
-        c.result_digest, c.result_size, c.text = digest(text), len(text), None
-        text = None
+        # result whose judging took a hundred times that); kept as its 32 bytes (65
+        # bytes an object, its hex 113), written in hex when the record is read
+        result_digest, result_size, text = sha256_of(text), len(text), None
     error_code = c.error.get("code") if c.error else None
     # a kept record holds only what its fields are made from, as one flat tuple: not the
     # Call (its instance dict, its detector key and runner), nor the caller's arguments'
     # dict, the result or the outcome (the record has their texts), nor an abandoned
     # attempt. What every record retains the garbage collector walks again and again, and
     # the audit holds up to 10,000. ``AuditRecord.estimate`` reads the two texts first.
+    rare = (
+        c.coalesced,
+        c.idem_key,
+        c.idem_state,
+        c.reconcile_s,
+        c.breaker,
+        c.would,
+        c.flags,
+        out.correction is not None,
+        c.agent or st.agent,
+        error_code,
+        stop,
+    )
     source = (
         c.canon,
         text,
-        c.result_digest,
-        c.result_size,
+        result_digest,
+        result_size,
         c._digest,
         c.spec.redact_names,
         c.status,
         c.executed,
         c.cache_hit,
-        c.coalesced,
-        c.idem_key,
-        c.idem_state,
-        c.reconcile_s,
         c.attempts,
-        c.breaker,
         c.started,
-        c.would,
-        c.flags,
         c.cache_key is not None,
         c.call_id,
         out.step,
         out.tool,
-        out.correction is not None,
         now,
         mark,
         signals or None,  # most steps have none: no empty dict kept per record
-        budget,
+        budget[0],
+        budget[1],
+        budget[2],
         last_progress,
-        c.agent or st.agent,
         st.session_id,
-        error_code,
-        stop,
+        None if rare == _PLAIN else rare,  # most calls: one slot for eleven fields
     )
     record = AuditRecord(_values, source, st.session_id)
-    if len(c.canon) > _LARGE or len(text or "") > _LARGE or (c.result_size or 0) > _LARGE:
+    if len(c.canon) > _LARGE or len(text or "") > _LARGE or (result_size or 0) > _LARGE:
         record["time"]  # made now: a kept record must not hold the large call
     plain: dict[str, Any] | None = None
     for sink, lazy in gov.sink_modes:
@@ -277,12 +286,15 @@ def _audit(
 
 def _values(source: tuple[Any, ...]) -> list[Any]:
     """The record's values in ``audit.FIELDS`` order, from the snapshot ``_audit`` took."""
-    (canon, text, result_digest, result_size, args_digest, redact, status, executed,
-     cache_hit, coalesced, idem_key, idem_state, reconcile_s, attempts, breaker, started,
-     would, flags, keyed, call_id, step, tool, corrected, now, mark, signals, budget,
-     last_progress, agent, session, error_code, stop) = source  # fmt: skip
+    (canon, text, result_digest, result_size, args_digest, redact, status, executed, cache_hit,
+     attempts, started, keyed, call_id, step, tool, now, mark, signals, calls, per_tool, retries,
+     last_progress, session, rare) = source  # fmt: skip
+    (coalesced, idem_key, idem_state, reconcile_s, breaker, would, flags, corrected, agent,
+     error_code, stop) = _PLAIN if rare is None else rare  # fmt: skip
     if result_digest is None and text is not None:
         result_digest, result_size = digest(text), len(text)
+    elif type(result_digest) is bytes:
+        result_digest = result_digest.hex()
     saved = 0
     if status is CACHED or status is REPLAYED or status is CORRECTED:
         saved = (result_size or 0) // 4
@@ -312,7 +324,7 @@ def _values(source: tuple[Any, ...]) -> list[Any]:
         would,
         error_code,
         corrected,
-        {"tool_calls": budget[0], "tool": budget[1], "retries": budget[2]},
+        {"tool_calls": calls, "tool": per_tool, "retries": retries},
         last_progress,
         saved,
         flags,

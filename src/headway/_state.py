@@ -29,7 +29,9 @@ class Turns:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._queue: deque[concurrent.futures.Future[None]] = deque()
+        # made on the first wait (~760 bytes empty): most sessions are not shared by
+        # workers, and a shared one's threads rarely queue
+        self._queue: deque[concurrent.futures.Future[None]] | None = None
         self._busy = False
         self.entered = 0  # turns ever asked for
 
@@ -46,6 +48,8 @@ class Turns:
                 self._busy = True
                 return None
             fut: concurrent.futures.Future[None] = concurrent.futures.Future()
+            if self._queue is None:
+                self._queue = deque()
             self._queue.append(fut)
             return fut
 

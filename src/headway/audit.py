@@ -163,7 +163,7 @@ class MemoryAudit:
     ``sessions`` (the session written to least recently is dropped first). Bytes are
     estimated without walking records (``AuditRecord.estimate``) on a session's first
     record and every 64th after: the session keeps as many records as its average size
-    lets fit (a small call's record is about 750 bytes until read: a flat snapshot of its
+    lets fit (a small call's record is about 620 bytes until read: a flat snapshot of its
     fields and its arguments' and short result's texts).
     """
 
@@ -279,7 +279,7 @@ class _Kept:
         self.bytes = 0  # estimated bytes held, as of the last measure
 
 
-_RECORD_BYTES = 750  # a small call's record, measured with tracemalloc (sessions_memory.py)
+_RECORD_BYTES = 620  # a small call's record, measured with tracemalloc (sessions_memory.py)
 
 
 def record_bytes(record: Mapping[str, Any]) -> int:

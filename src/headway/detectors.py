@@ -15,18 +15,20 @@ import struct
 import sys
 from array import array
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Literal, NamedTuple, Protocol
 
 import orjson
 
 from ._call import describe
+from ._seen import Seen
 from ._spec import ToolSpec
 from .outcome import CACHED, CORRECTED, ERROR, EXECUTED, FALLBACK, REPLAYED, UNKNOWN, Status, render
 from .similarity import (
     SHORT,
     SKETCH_FLOOR,
     SKETCH_MIN,
+    UNITS,
     Normalizer,
     apply,
     content_units,
@@ -59,6 +61,8 @@ class Observation:
     shingled whole is kept whole, and its normalised form is rebuilt from it when a later
     step is compared with it), its normalised result past 4 KiB as the head and tail that
     shingling reads, a digest to compare results by, its sketch and content units packed.
+    A step that no decision reads again keeps its digest and units only (``Monitor._retire``:
+    never while a plug-in reads the window).
     """
 
     __slots__ = (
@@ -187,7 +191,7 @@ class Observation:
         found = self._sketch
         if found is None:
             found = frozenset(map(hash, sketch(self.norm or "")))
-            self._sketch = array("q", found) if packed else found
+            self._sketch = _packed("q", found) if packed else found
         return found
 
     def arg_grams(self) -> frozenset[str]:
@@ -201,9 +205,9 @@ class Observation:
         decisions read nothing else of an older step."""
         self._shingles = self._arg_grams = None
         if self._sketch is not None and not isinstance(self._sketch, array):
-            self._sketch = array("q", self._sketch)
+            self._sketch = _packed("q", self._sketch)
         if self.units:
-            self.units = array("Q", self.units)
+            self.units = _packed("Q", self.units)
         norm = self._norm
         if norm is not None and self.nlen >= SHORT:
             _ = self.nkey  # compared by digest from now on
@@ -217,6 +221,12 @@ class Observation:
             self._size = len(text)
             if self._derive is None:  # the normalised result is kept: the head suffices
                 self._text = text[:_TEXT_KEPT]
+
+    def _retire(self) -> None:
+        """Keep only what an older step is counted by (``Monitor._retire``)."""
+        _ = self.nkey
+        self._text = self._norm = self._sketch = self._derive = None
+        self._size = -1
 
     def _compact(self) -> None:
         """Drop a normalised result that the text rebuilds (done one step after
@@ -300,7 +310,7 @@ class Monitor:
         self._last_value: dict[str, Any] = {}  # tool -> last successful result
         self._errors: dict[str, tuple[str, int]] = {}  # tool -> (fingerprint, run length)
         self._polls: dict[str, tuple[int, float]] = {}  # key -> (unchanged polls, since)
-        self._units: dict[int, int] = {}  # content units of the window's results -> count
+        self._units = Seen(window * UNITS)  # content units of the window's results
         self._probes: dict[int, int] = {}  # (tool, query shape, short result) in the window
         self._page: Observation | None = None  # the window's last long result
         self._held: list[Observation] = []  # window steps whose norm was rebuilt (_hold)
@@ -485,7 +495,7 @@ class Monitor:
             if self._near_any(step):
                 step.duplicate = True
                 signals["near_duplicate"] = True
-        elif all(u in self._units for u in step.units) or (
+        elif self._units.all_in(step.units, self.window) or (
             not self._edits_last(step) and self._near_any(step)
         ):
             # a new target whose result shows nothing the window has not seen, or that
@@ -663,6 +673,8 @@ class Monitor:
 
     def _push(self, step: Observation) -> None:
         window, keys, norms, last = self.window, self._keys, self._norms, self._last_of_key
+        units = self._units
+        resized = False  # the window's units changed: the filter may need another size
         if len(window) == window.maxlen:  # the oldest step leaves: uncount it
             old = window[0]
             if last.get(old.key) is old:
@@ -682,7 +694,8 @@ class Monitor:
                 if old.probe:  # what it counted: a short result a probe, a long one units
                     _uncount(self._probes, (old.probe,))
                 if old.units:
-                    _uncount(self._units, old.units)
+                    units.remove(old.units)
+                    resized = True
                 if self._page is old:
                     self._page = None
         if window:
@@ -697,19 +710,43 @@ class Monitor:
         if step.nlen >= 0:
             nkey = step.nkey
             norms[nkey] = norms.get(nkey, 0) + 1
-            probes, units = self._probes, self._units
+            probes = self._probes
             if step.probe:
                 probes[step.probe] = probes.get(step.probe, 0) + 1
-            for u in step.units:
-                units[u] = units.get(u, 0) + 1
             if step.units:
+                units.add(step.units)
                 self._page = step
+                resized = True
+        if resized:
+            units.fit(window)
         earlier = last.get(step.key)
         if earlier is not None and (step.status is CACHED or step.status is CORRECTED):
             earlier.unchanged = True  # served again: the result did not change
             earlier._json = None
         else:
             last[step.key] = step
+        if step.nlen >= SHORT and not self.pushed & 1 and not self.detectors:
+            self._retire()  # a walk of the window (~2 us): after every other long result
+
+    def _retire(self) -> None:
+        """Drop the texts and sketches of window steps that no decision reads again: an
+        older result is compared only while it is among the last ``_CANDIDATES`` of its
+        tool, the last of its call, or the window's last page, and none of these comes
+        back once lost. Only when no plug-in reads the window."""
+        seen: dict[str, int] = {}
+        last, page = self._last_of_key, self._page
+        for o in reversed(self.window):
+            if o.nlen < 0:
+                continue
+            n = seen[o.tool] = seen.get(o.tool, 0) + 1
+            if (
+                n > _CANDIDATES
+                and o._text is not None
+                and o.nlen >= SHORT
+                and last.get(o.key) is not o
+                and o is not page
+            ):
+                o._retire()
 
     # -- a session record (a session shared by workers through the store) ---------------
 
@@ -750,8 +787,8 @@ class Monitor:
                 self._norms[step.nkey] = self._norms.get(step.nkey, 0) + 1
                 if step.probe:
                     self._probes[step.probe] = self._probes.get(step.probe, 0) + 1
-                for u in step.units:
-                    self._units[u] = self._units.get(u, 0) + 1
+                self._units.add(step.units)
+        self._units.fit(self.window)
         window = list(self.window)
         self._last_of_key = {window[i].key: window[i] for i in data["last"] if i < len(window)}
         page = data["page"]
@@ -799,6 +836,13 @@ class Monitor:
         args: str = "",
     ) -> Observation:
         """A step to pass to ``after()``; stored texts are capped so memory stays bounded."""
+        prev = self._last_of_key.get(key)
+        if prev is not None:  # a repeated call: the window keeps its texts once
+            key = prev.key
+            if args_id == prev.args_id:
+                args_id = prev.args_id
+            if args == prev.args:
+                args = prev.args
         norm = None
         units = _NO_UNITS
         probe = 0
@@ -866,7 +910,8 @@ def _dump_step(o: Observation) -> str:
         None if text is None else text[:_TEXT_KEPT],
         size,
         norm,
-        o.nkey if o.nlen > _CAPPED else None,  # a shorter one is its own excerpt
+        # a shorter one is its own excerpt; a retired step keeps only its digest
+        o.nkey if o.nlen > _CAPPED or (norm is None and o.nlen >= 0) else None,
         o.nlen,
         o.error,
         o.mark,
@@ -925,6 +970,12 @@ def _json_copy(value: Any) -> Any:
 
 def _sha(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _packed(code: str, values: Collection[int]) -> array[int]:
+    """An array of exactly the values' size (one filled from a set grows as it goes: up to
+    32 bytes more each, and a window keeps two per step)."""
+    return array(code, list(values))
 
 
 def _uncount(counts: dict[int, int], items: Any) -> None:
