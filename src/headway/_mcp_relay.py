@@ -66,13 +66,19 @@ class Upstream:
         self._lines: _Lines | None = None  # the upstream's stdout
         self._reader: asyncio.Task[None] | None = None
 
-    async def ensure(self) -> asyncio.subprocess.Process:
+    def _running(self) -> asyncio.subprocess.Process | None:
         proc, lines = self.proc, self._lines
         if proc is not None and proc.returncode is None and lines and not lines.ended.done():
+            return proc
+        return None
+
+    async def ensure(self) -> asyncio.subprocess.Process:
+        proc = self._running()
+        if proc is not None:
             return proc  # running: no lock to take
         async with self._lock:
-            proc, lines = self.proc, self._lines
-            if proc is not None and proc.returncode is None and lines and not lines.ended.done():
+            proc = self._running()
+            if proc is not None:  # another call started it while this one waited
                 return proc
             if self._reader is not None:  # the last one's end is reported before a restart
                 await self._reader
