@@ -8,7 +8,9 @@ CALLS tool calls, then answers. A pass-through wrapper (one more await around th
 least any wrapper costs) separates the cost of wrapping from headway's own. Two shapes: all calls in one model turn (tool calls
 dominate the run: the harshest comparison) and one call per turn (the usual loop). The tool
 is a dynamic read with new arguments every call, so every governed call runs the tool
-(the executed path: no cache hit). Prints CPU microseconds per tool call and the ratio:
+(the executed path: no cache hit). Prints CPU microseconds per tool call and the ratio
+(best run against best run, and the median over the rounds of the ratio of one round's
+runs):
 CPU time (of this process, threads included) rather than wall time, because on a shared
 machine the wall time of one run depends mostly on what the other processes do.
 
@@ -240,37 +242,47 @@ async def split_rows(rounds: int) -> None:
 
 
 async def best_per_call(runs: dict[str, Callable[[int], Awaitable[Any]]], rounds: int) -> Any:
+    """Each mode's best run (CPU µs per tool call), and per mode the median over the rounds
+    of its run's ratio to the first mode's run of the same round (a second estimate that
+    one lucky run cannot move)."""
     best = dict.fromkeys(runs, float("inf"))
+    ratios: dict[str, list[float]] = {name: [] for name in runs}
+    first = next(iter(runs))
     for r in range(rounds):
+        this: dict[str, float] = {}
         for name, run in runs.items():  # interleaved: the machine's noise hits both alike
             start = time.process_time()
             await run(r)
-            best[name] = min(best[name], (time.process_time() - start) / CALLS * 1e6)
-    return best
+            this[name] = (time.process_time() - start) / CALLS * 1e6
+            best[name] = min(best[name], this[name])
+        for name in runs:
+            ratios[name].append(this[name] / this[first])
+    return best, {name: statistics.median(v) for name, v in ratios.items()}
 
 
 async def main() -> None:
     rounds = 15 if "--quick" in sys.argv else 60
     print(f"{CALLS} tool calls per run, best of {rounds} runs; CPU µs per tool call\n")
     print(
-        "| framework | calls per model turn | plain | pass-through wrapper | with headway | added | ratio |"
+        "| framework | calls per model turn | plain | pass-through wrapper | with headway | added "
+        "| ratio | median ratio |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for framework, make in (
         ("OpenAI Agents SDK", openai_agents_run),
         ("Pydantic AI", pydantic_ai_run),
     ):
         for per_turn in (CALLS, 1):
             modes = ("plain", "wrapper", "headway")
-            best = await best_per_call({m: make(m, per_turn) for m in modes}, rounds)
+            best, median = await best_per_call({m: make(m, per_turn) for m in modes}, rounds)
             plain, wrapper, gov = (best[m] for m in modes)
             print(
                 f"| {framework} | {per_turn} | {plain:.0f} | {wrapper:.0f} | {gov:.0f} "
-                f"| {gov - plain:.0f} | {gov / plain:.3f} |"
+                f"| {gov - plain:.0f} | {gov / plain:.3f} | {median['headway']:.3f} |"
             )
     await split_rows(rounds)
     modes = ("plain", "wrapper", "toolset")
-    best = await best_per_call({m: pydantic_ai_run(m, CALLS) for m in modes}, rounds)
+    best, _ = await best_per_call({m: pydantic_ai_run(m, CALLS) for m in modes}, rounds)
     print()
     print("| Pydantic AI, 20 calls per turn | CPU µs per tool call | ratio |")
     print("|---|---:|---:|")

@@ -11,6 +11,11 @@ Rows, each with and without headway, interleaved (best batch each):
   step and one tool step), plain and with ``HeadwayMiddleware``.
 - the same loop against a pass-through middleware (what any middleware costs LangChain
   itself, left out), and with the tool's ``timeout=None`` (no hop to headway's thread);
+- a pass-through middleware whose tool call hops to another thread and back (headway's
+  pool, no other headway code): the least a timeout that can abandon a hung sync tool
+  costs, since LangGraph waits for the threads of its own ToolNode;
+- the loop run by ``ainvoke`` (async hooks), plain, with a pass-through middleware that has
+  async hooks, and with ``HeadwayMiddleware``;
   the loop rows again in CPU time of the process (all threads; best run each), which
   holds on a loaded machine where the wall time of one run mostly measures the others.
 The agents are compiled once, as an application does (the scripted model answers from the
@@ -48,6 +53,7 @@ from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
 
 import headway
+from headway._effects import _pool
 from headway.integrations.langchain import HeadwayMiddleware, governed_tool_node
 
 COUNTER = itertools.count()
@@ -89,6 +95,26 @@ class PassThrough(AgentMiddleware[Any, Any]):
 
     def wrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
         return handler(request)
+
+
+class AsyncPassThrough(PassThrough):
+    """PassThrough for ``ainvoke``: LangChain runs a middleware's async hooks there."""
+
+    async def awrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        return await handler(request)
+
+    async def awrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        return await handler(request)
+
+
+class ThreadHop(PassThrough):
+    """PassThrough whose tool call runs on another thread, waited for with a timeout."""
+
+    def wrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        job, in_time = _pool.wait(handler, (request,), 30.0)
+        if not in_time:
+            raise TimeoutError("the bench's tool took over 30 s")
+        return job.outcome()
 
 
 def one_call() -> dict[str, Any]:
@@ -134,11 +160,20 @@ def main() -> None:
         "pass": create_agent(model, [search], middleware=[PassThrough()]),
         "headway": create_agent(model, [search], middleware=[HeadwayMiddleware(governor())]),
         "inline": create_agent(model, [search], middleware=[HeadwayMiddleware(governor(None))]),
+        "hop": create_agent(model, [search], middleware=[ThreadHop()]),
+        "async plain": create_agent(model, [search]),
+        "async pass": create_agent(model, [search], middleware=[AsyncPassThrough()]),
+        "async headway": create_agent(model, [search], middleware=[HeadwayMiddleware(governor())]),
     }
+    event_loop = asyncio.new_event_loop()
 
     def loop(kind: str) -> Callable[[], Any]:
         def run() -> Any:
-            out = agents[kind].invoke({"messages": [("user", "go")]}, config)
+            given = {"messages": [("user", "go")]}
+            if kind.startswith("async"):
+                out = event_loop.run_until_complete(agents[kind].ainvoke(given, config))
+            else:
+                out = agents[kind].invoke(given, config)
             if len(out["messages"]) != 2 * LOOP_CALLS + 2 or "headway_stop" in out:
                 raise AssertionError(f"the {kind} run did not make {LOOP_CALLS} tool calls")
             return out
@@ -196,6 +231,14 @@ def main() -> None:
         (f"create_agent loop, per tool call ({LOOP_CALLS} per run)", "plain", "headway"),
         ("create_agent loop, against a pass-through middleware", "pass", "headway"),
         ("create_agent loop, the tool's timeout=None (runs inline)", "plain", "inline"),
+        ("create_agent loop, a pass-through middleware hopping to a thread", "plain", "hop"),
+        ("create_agent loop, ainvoke", "async plain", "async headway"),
+        ("create_agent loop, ainvoke, a pass-through middleware", "async plain", "async pass"),
+        (
+            "create_agent loop, ainvoke, against a pass-through middleware",
+            "async pass",
+            "async headway",
+        ),
     ]
     rows = [(name, best[name, "plain"], best[name, "headway"]) for name, *_ in pairs]
     rows += [(name, best["loop", a], best["loop", b]) for name, a, b in loops]
