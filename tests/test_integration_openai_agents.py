@@ -240,6 +240,27 @@ def test_an_exception_the_sdk_turns_into_text_is_an_error_outcome() -> None:
     assert "same approach" in out[2].lower()
 
 
+def test_a_tool_registered_after_the_agent_is_built_and_has_run_gets_its_spec() -> None:
+    """govern_tools declares an unregistered tool with the safe default; registering it
+    afterwards (after the agent was built, even after it ran) is the operator's choice and
+    wins: no ConfigError, and the read is cached from then on."""
+    gov = headway.Governor()
+    ran: list[str] = []
+
+    @function_tool
+    def get_rate(currency: str) -> str:
+        ran.append(currency)
+        return f"1 {currency} = 1.08 USD"
+
+    tools = govern_tools(gov, [get_rate])
+    run(Agent(name="a", model=turns(("get_rate", {"currency": "EUR"})), tools=tools))
+    gov.register("get_rate", None, effect="read", deterministic=True)
+    model = turns(*[("get_rate", {"currency": "CHF"})] * 4)
+    out = outputs(run(Agent(name="a", model=model, tools=tools)))
+    assert ran == ["EUR", "CHF"]  # 4 identical calls, one execution
+    assert "stored result" in out[1] and "4 times with identical arguments" in out[3]
+
+
 def test_govern_tools_rejects_what_is_not_a_function_tool() -> None:
     with pytest.raises(TypeError, match="FunctionTool"):
         govern_tools(headway.Governor(), [agents.WebSearchTool()])  # type: ignore[list-item]

@@ -238,6 +238,29 @@ def test_a_new_run_in_the_same_conversation_is_a_new_user_turn() -> None:
     assert again[0].outcome == "success" and "stored result" in str(again[0].content)
 
 
+def test_a_tool_registered_after_the_agent_has_run_gets_its_spec() -> None:
+    """The capability declares an unregistered tool with the safe default at its first
+    call; registering it afterwards is the operator's choice and wins: no ConfigError, and
+    the read is cached from then on."""
+    gov = headway.Governor()
+    cap = HeadwayCapability(gov)
+    ran: list[str] = []
+
+    def get_rate(currency: str) -> str:
+        ran.append(currency)
+        return f"1 {currency} = 1.08 USD"
+
+    first = Agent(scripted([("get_rate", {"currency": "EUR"})]), capabilities=[cap])
+    first.tool_plain(get_rate)
+    first.run_sync("go")
+    gov.register("get_rate", None, effect="read", deterministic=True)
+    again = Agent(scripted(*[[("get_rate", {"currency": "CHF"})]] * 4), capabilities=[cap])
+    again.tool_plain(get_rate, retries=3)
+    parts = returns(again.run_sync("go"))
+    assert ran == ["EUR", "CHF"]  # 4 identical calls, one execution
+    assert [p.outcome for p in parts] == ["success", "success", "retried", "retried"]
+
+
 def test_an_exception_a_tool_raises_is_a_failed_result_the_model_reads() -> None:
     gov = headway.Governor()
     gov.register("lookup", None, effect="read")
