@@ -17,8 +17,10 @@ try:
     import agents
     import mcp.types as mcp_types
     from agents import Agent, Runner, function_tool
+    from agents.exceptions import UserError
     from agents.items import ToolCallOutputItem
     from agents.testing import ScriptedModel, assistant_message, function_call
+    from agents.usage import Usage
 except ImportError:
     if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
         raise
@@ -29,6 +31,7 @@ except ImportError:
 
 import headway
 from headway.integrations.openai_agents import (
+    BudgetStopped,
     GovernedMCPServer,
     HeadwayStop,
     LoopStopped,
@@ -150,6 +153,36 @@ def test_a_keyed_write_retried_after_a_timeout_runs_once_and_is_reconciled() -> 
     assert len(asked) == 1  # reconciled once, on the retry
 
 
+def test_a_write_keyed_through_the_run_context_is_performed_once_across_runs() -> None:
+    """An explicit key (here from the run's context) holds across runs that share no
+    run_id and no call id: the retry after a timeout is reconciled, not performed again."""
+    refunds: list[int] = []
+
+    def reconcile(key: str, args: dict[str, Any]) -> str | None:
+        return f"refunded {refunds[-1]}" if refunds else None
+
+    gov = headway.Governor()
+    gov.register("refund", None, effect="write", timeout=0.05, reconcile=reconcile)
+
+    @function_tool
+    async def refund(cents: int) -> str:
+        refunds.append(cents)
+        if len(refunds) == 1:
+            await asyncio.sleep(5)  # the refund went through, its answer never came
+        return f"refunded {cents}"
+
+    tools = govern_tools(
+        gov, [refund], idempotency_key=lambda ctx, args: f"refund-{ctx.context['ticket']}"
+    )
+    out = []
+    for _ in range(2):  # a new Runner.run each time: a new session, a new call id
+        model = turns(("refund", {"cents": 1250}))
+        out += outputs(run(Agent(name="a", model=model, tools=tools), {"ticket": "T-77"}))
+    assert "unknown" in out[0].lower()
+    assert out[1].startswith("refunded 1250") and "already completed" in out[1]
+    assert refunds == [1250]
+
+
 def test_an_error_answered_as_text_three_times_gets_the_repeated_error_correction() -> None:
     gov = headway.Governor()
     gov.register("book", None, effect="write")
@@ -259,6 +292,81 @@ def test_a_tool_registered_after_the_agent_is_built_and_has_run_gets_its_spec() 
     out = outputs(run(Agent(name="a", model=model, tools=tools)))
     assert ran == ["EUR", "CHF"]  # 4 identical calls, one execution
     assert "stored result" in out[1] and "4 times with identical arguments" in out[3]
+
+
+@pytest.mark.parametrize(
+    ("budgets", "usage", "budget_type"),
+    [
+        (headway.Budgets(turns=3), None, "turns"),
+        (headway.Budgets(tokens=100), Usage(requests=1, total_tokens=40), "tokens"),
+    ],
+    ids=["turns", "tokens"],
+)
+def test_model_turns_and_their_tokens_count_against_the_budgets(
+    budgets: headway.Budgets, usage: Usage | None, budget_type: str
+) -> None:
+    """Each model request of the run is a model turn with its tokens: the turn that
+    reaches the budget (the 3rd: 3 turns, 120 tokens) has its tool calls stopped."""
+    gov = headway.Governor()
+    gov.session("budget-1", budgets=budgets)
+    ran: list[str] = []
+
+    @function_tool
+    def fetch(page: int) -> str:
+        ran.append(str(page))
+        return f"page {page}: {page * 7} new rows"
+
+    model = turns(*[("fetch", {"page": n}) for n in range(8)])
+    model.set_default_usage(usage)
+    with pytest.raises(BudgetStopped) as caught:
+        run(Agent(name="a", model=model, tools=govern_tools(gov, [fetch])), {"run_id": "budget-1"})
+    assert caught.value.diagnostic["budget_type"] == budget_type
+    assert ran == ["0", "1"]
+
+
+def test_a_tool_without_a_failure_function_raises_out_of_the_run_as_without_headway() -> None:
+    """failure_error_function=None asks the SDK to raise what the tool raises: headway
+    records the ERROR and the run still ends with the SDK's UserError."""
+    gov = headway.Governor()
+
+    def transfer(amount: int) -> str:
+        raise ValueError("account frozen")
+
+    tool = function_tool(transfer, failure_error_function=None)
+    agent = Agent(
+        name="a", model=turns(("transfer", {"amount": 5})), tools=govern_tools(gov, [tool])
+    )
+    with pytest.raises(UserError) as caught:
+        run(agent, {"run_id": "frozen"})
+    assert isinstance(caught.value.__cause__, ValueError)
+    assert [r["status"] for r in gov.audit_records("frozen")] == ["error"]
+
+
+def test_different_writes_in_one_turn_each_run_once_and_runs_are_separate_sessions() -> None:
+    gov = headway.Governor()
+    gov.register("get_company", None, effect="read", deterministic=True)
+    sent: list[str] = []
+
+    @function_tool
+    async def notify(user: str) -> str:
+        sent.append(user)
+        return f"notified {user}"
+
+    @function_tool
+    def get_company(ticker: str) -> str:
+        return f"{ticker}: Acme Corp"
+
+    tools = govern_tools(gov, [notify, get_company])
+    batch = [function_call("notify", {"user": u}, call_id=f"n-{u}") for u in "abcd"]
+    model = ScriptedModel([batch, [assistant_message("done")]])
+    assert outputs(run(Agent(name="a", model=model, tools=tools))) == [
+        f"notified {u}" for u in "abcd"
+    ]
+    assert sorted(sent) == list("abcd")
+    for run_id in ("run-x", "run-y"):  # another run_id: no cache shared
+        model = turns(("get_company", {"ticker": "ACME"}))
+        run(Agent(name="a", model=model, tools=tools), {"run_id": run_id})
+        assert [r["status"] for r in gov.audit_records(run_id)] == ["executed"]
 
 
 def test_govern_tools_rejects_what_is_not_a_function_tool() -> None:
