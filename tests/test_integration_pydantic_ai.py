@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import inspect
 import io
+import json
 import os
 import re
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 import pytest
 
 try:
-    from pydantic_ai import Agent, ModelRetry
+    from pydantic_ai import Agent, ModelRetry, RunContext
     from pydantic_ai.exceptions import AgentRunError
     from pydantic_ai.messages import (
         ModelMessage,
@@ -23,7 +24,8 @@ try:
         ToolCallPart,
         ToolReturnPart,
     )
-    from pydantic_ai.models.function import AgentInfo, FunctionModel
+    from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
+    from pydantic_ai.usage import RequestUsage
 except ImportError:
     if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
         raise
@@ -33,7 +35,12 @@ except ImportError:
 
 
 import headway
-from headway.integrations.pydantic_ai import HeadwayCapability, HeadwayStop, LoopStopped
+from headway.integrations.pydantic_ai import (
+    BudgetStopped,
+    HeadwayCapability,
+    HeadwayStop,
+    LoopStopped,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -49,8 +56,11 @@ def thread_loop(request: pytest.FixtureRequest) -> Any:
     asyncio.set_event_loop(None)
 
 
-def scripted(*turns: list[tuple[str, dict[str, Any]]]) -> FunctionModel:
-    """A model that makes the given tool calls, one model turn each, then answers "done"."""
+def scripted(
+    *turns: list[tuple[str, dict[str, Any]]], usage: RequestUsage | None = None
+) -> FunctionModel:
+    """A model that makes the given tool calls, one model turn each, then answers "done"
+    (streamed too: one delta per tool call)."""
 
     def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         n = sum(isinstance(m, ModelResponse) for m in messages)
@@ -60,10 +70,19 @@ def scripted(*turns: list[tuple[str, dict[str, Any]]]) -> FunctionModel:
             parts=[
                 ToolCallPart(name, args, tool_call_id=f"t{n}-{i}")
                 for i, (name, args) in enumerate(turns[n])
-            ]
+            ],
+            usage=usage or RequestUsage(),
         )
 
-    return FunctionModel(respond)
+    async def stream(messages: list[ModelMessage], info: AgentInfo) -> Any:
+        n = sum(isinstance(m, ModelResponse) for m in messages)
+        if n >= len(turns):
+            yield "done"
+            return
+        for i, (name, args) in enumerate(turns[n]):
+            yield {i: DeltaToolCall(name, json.dumps(args), tool_call_id=f"t{n}-{i}")}
+
+    return FunctionModel(respond, stream_function=stream)
 
 
 def returns(result: Any) -> list[ToolReturnPart]:
@@ -164,6 +183,113 @@ def test_a_keyed_write_retried_after_a_timeout_runs_once_and_is_reconciled() -> 
     assert "already completed" in str(parts[-1].content)
     assert charges == [30]  # one execution
     assert len(asked) == 1
+
+
+def test_a_new_run_in_a_stopped_conversation_ends_before_the_model_is_asked() -> None:
+    gov = headway.Governor()
+    gov.session("stuck", budgets=headway.Budgets(tool_calls=2))
+    asked: list[int] = []
+    model = scripted(*[[("ping", {"n": n})] for n in range(5)])
+    inner = model.function
+    assert inner is not None
+
+    def counting(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        asked.append(1)
+        return inner(messages, info)  # type: ignore[return-value]
+
+    model.function = counting
+    agent = Agent(model, capabilities=[HeadwayCapability(gov)])
+    agent.tool_plain(lambda n: f"pong {n}", name="ping")
+    with pytest.raises(BudgetStopped):
+        agent.run_sync("go", conversation_id="stuck")
+    before = len(asked)
+    with pytest.raises(BudgetStopped) as caught:
+        agent.run_sync("try again", conversation_id="stuck")
+    assert len(asked) == before  # no model request for a stopped conversation
+    assert caught.value.diagnostic["budget_type"] == "total_tool_calls"
+
+
+@pytest.mark.parametrize(
+    ("budgets", "budget_type"),
+    [(headway.Budgets(turns=3), "turns"), (headway.Budgets(tokens=100), "tokens")],
+    ids=["turns", "tokens"],
+)
+def test_model_turns_and_their_tokens_count_against_the_budgets(
+    budgets: headway.Budgets, budget_type: str
+) -> None:
+    """Each model response is a model turn with its tokens: the turn that reaches the
+    budget (the 3rd: 3 turns, 120 tokens) has its tool calls stopped."""
+    gov = headway.Governor()
+    gov.session("budget-1", budgets=budgets)
+    usage = RequestUsage(input_tokens=30, output_tokens=10)
+    agent = Agent(
+        scripted(*[[("fetch", {"page": n})] for n in range(8)], usage=usage),
+        capabilities=[HeadwayCapability(gov)],
+    )
+    ran: list[int] = []
+
+    @agent.tool_plain
+    def fetch(page: int) -> str:
+        ran.append(page)
+        return f"page {page}: {page * 7} new rows"
+
+    with pytest.raises(BudgetStopped) as caught:
+        agent.run_sync("go", conversation_id="budget-1")
+    assert caught.value.diagnostic["budget_type"] == budget_type
+    assert ran == [0, 1]
+
+
+def test_a_write_keyed_through_the_run_deps_is_performed_once_across_runs() -> None:
+    """An explicit key (here from the run's deps) holds across conversations and call ids:
+    the retry after a timeout is reconciled, not performed again."""
+    refunds: list[int] = []
+
+    def reconcile(key: str, args: dict[str, Any]) -> str | None:
+        return f"refunded {refunds[-1]}" if refunds else None
+
+    gov = headway.Governor()
+    gov.register("refund", None, effect="write", timeout=0.05, reconcile=reconcile)
+    cap = HeadwayCapability(gov, idempotency_key=lambda ctx, args: f"refund-{ctx.deps}")
+    agent = Agent(scripted([("refund", {"cents": 1250})]), deps_type=str, capabilities=[cap])
+
+    @agent.tool
+    async def refund(ctx: RunContext[str], cents: int) -> str:
+        refunds.append(cents)
+        if len(refunds) == 1:
+            await asyncio.sleep(5)  # the refund went through, its answer never came
+        return f"refunded {cents}"
+
+    first, second = (returns(agent.run_sync("go", deps="T-77"))[0] for _ in range(2))
+    assert "unknown" in str(first.content).lower()
+    assert str(second.content).startswith("refunded 1250")
+    assert "already completed" in str(second.content)
+    assert refunds == [1250]
+
+
+async def test_tools_run_by_iter_and_run_stream_are_governed_too() -> None:
+    gov = headway.Governor()
+    gov.register("get_order", None, effect="read", deterministic=True)
+    agent = Agent(
+        scripted(*[[("get_order", {"order": 7})]] * 3),
+        deps_type=str,
+        capabilities=[HeadwayCapability(gov)],
+    )
+    ran: list[str] = []
+
+    @agent.tool
+    def get_order(ctx: RunContext[str], order: int) -> str:
+        ran.append(ctx.deps)
+        return f"order {order}: shipped"
+
+    async with agent.iter("go", deps="iter", conversation_id="by-iter") as run:
+        async for _ in run:
+            pass
+    async with agent.run_stream("go", deps="stream", conversation_id="by-stream") as stream:
+        assert await stream.get_output() == "done"
+    assert ran == ["iter", "stream"]
+    for conversation in ("by-iter", "by-stream"):
+        statuses = [r["status"] for r in gov.audit_records(conversation)]
+        assert statuses == ["executed", "cached", "corrected"]
 
 
 def test_a_model_retry_repeated_three_times_gets_the_repeated_error_correction() -> None:
