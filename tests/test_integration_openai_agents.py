@@ -153,6 +153,32 @@ def test_a_keyed_write_retried_after_a_timeout_runs_once_and_is_reconciled() -> 
     assert len(asked) == 1  # reconciled once, on the retry
 
 
+def test_a_timed_out_write_the_model_calls_again_is_reconciled_not_run_again() -> None:
+    """The model's retry has a new tool call id, so a new default key: it is still a retry
+    of the write whose outcome is unknown (same tool, same arguments), and is reconciled."""
+    sent: list[str] = []
+
+    def reconcile(key: str, args: dict[str, Any]) -> str | None:
+        return f"wired {args['amount']} to {sent[-1]}" if sent else None
+
+    gov = headway.Governor()
+    gov.register("wire", None, effect="write", timeout=0.05, reconcile=reconcile)
+
+    @function_tool
+    async def wire(amount: int, iban: str) -> str:
+        sent.append(iban)
+        if len(sent) == 1:
+            await asyncio.sleep(5)  # the bank acted, its answer never came back in time
+        return f"wired {amount} to {iban}"
+
+    call = ("wire", {"amount": 990, "iban": "DE89"})
+    agent = Agent(name="a", model=turns(call, call), tools=govern_tools(gov, [wire]))
+    out = outputs(run(agent, {"run_id": "wire-1"}))
+    assert "unknown" in out[0].lower()
+    assert out[1].startswith("wired 990 to DE89") and "already completed" in out[1]
+    assert sent == ["DE89"]
+
+
 def test_a_write_keyed_through_the_run_context_is_performed_once_across_runs() -> None:
     """An explicit key (here from the run's context) holds across runs that share no
     run_id and no call id: the retry after a timeout is reconciled, not performed again."""

@@ -239,6 +239,33 @@ def test_model_turns_and_their_tokens_count_against_the_budgets(
     assert ran == [0, 1]
 
 
+def test_a_timed_out_write_the_model_calls_again_is_reconciled_not_run_again() -> None:
+    """The model's retry has a new tool call id, so a new default key: it is still a retry
+    of the write whose outcome is unknown (same tool, same arguments), and is reconciled."""
+    sent: list[str] = []
+
+    def reconcile(key: str, args: dict[str, Any]) -> str | None:
+        return f"wired {args['amount']} to {sent[-1]}" if sent else None
+
+    gov = headway.Governor()
+    gov.register("wire", None, effect="write", timeout=0.05, reconcile=reconcile)
+    call = [("wire", {"amount": 990, "iban": "DE89"})]
+    agent = Agent(scripted(call, call), capabilities=[HeadwayCapability(gov)])
+
+    @agent.tool_plain
+    async def wire(amount: int, iban: str) -> str:
+        sent.append(iban)
+        if len(sent) == 1:
+            await asyncio.sleep(5)  # the bank acted, its answer never came back in time
+        return f"wired {amount} to {iban}"
+
+    parts = returns(agent.run_sync("go", conversation_id="wire-1"))
+    assert "unknown" in str(parts[0].content).lower()
+    assert str(parts[1].content).startswith("wired 990 to DE89")
+    assert "already completed" in str(parts[1].content)
+    assert sent == ["DE89"]
+
+
 def test_a_write_keyed_through_the_run_deps_is_performed_once_across_runs() -> None:
     """An explicit key (here from the run's deps) holds across conversations and call ids:
     the retry after a timeout is reconciled, not performed again."""
