@@ -427,6 +427,44 @@ def test_an_exception_a_tool_raises_is_a_failed_result_the_model_reads() -> None
     assert parts[0].outcome == "failed" and "database is down" in parts[0].model_response_str()
 
 
+def test_an_mcp_toolsets_annotations_make_specs_and_its_errors_are_errors() -> None:
+    """Tools of an MCP server (FastMCP in process, through Pydantic AI's MCPToolset): a
+    read-only closed-world tool is cached and corrected on its 3rd repeat; a tool the
+    server reports as failed (isError) is an ERROR, never cached, and its 3rd identical
+    failure carries the repeated-error correction."""
+    fastmcp = pytest.importorskip("fastmcp")
+    from mcp.types import ToolAnnotations
+    from pydantic_ai.mcp import MCPToolset
+
+    server = fastmcp.FastMCP("inventory")
+    ran: list[str] = []
+
+    @server.tool(annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False))
+    def sku(code: str) -> str:
+        ran.append(code)
+        return f"{code}: blue mug, 330 ml"
+
+    @server.tool
+    def restock(code: str) -> str:
+        ran.append("restock")
+        raise ValueError("warehouse offline")
+
+    gov = headway.Governor()
+    calls = [[("sku", {"code": "M-330"})]] * 3 + [[("restock", {"code": "M-330"})]] * 3
+    agent = Agent(
+        scripted(*calls),
+        toolsets=[MCPToolset(server, max_retries=5)],
+        capabilities=[HeadwayCapability(gov)],
+    )
+    parts = returns(agent.run_sync("go", conversation_id="mcp-1"))
+    assert ran == ["M-330", "restock", "restock", "restock"]
+    statuses = [r["status"] for r in gov.audit_records("mcp-1")]
+    assert statuses == ["executed", "cached", "corrected", "error", "error", "error"]
+    texts = [p.model_response_str() for p in parts]
+    assert "warehouse offline" in texts[5] and "same approach" in texts[5].lower()
+    assert "same approach" not in texts[4].lower()
+
+
 def test_the_documented_example_runs() -> None:
     text = (Path(__file__).resolve().parents[1] / "docs" / "integrations.md").read_text("utf-8")
     section = text.split("## Pydantic AI", 1)[1].split("\n## ", 1)[0]
