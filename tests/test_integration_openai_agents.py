@@ -8,6 +8,7 @@ import io
 import itertools
 import os
 import re
+import types
 from pathlib import Path
 from typing import Any
 
@@ -246,6 +247,31 @@ def test_parallel_identical_reads_in_one_turn_run_once_and_both_get_the_result()
     assert [o.split("\n")[0] for o in out] == ["ACME: Acme Corp"] * 2
 
 
+def test_a_streamed_run_is_governed_too() -> None:
+    gov = headway.Governor()
+    gov.register("get_company", None, effect="read", deterministic=True)
+    ran: list[str] = []
+
+    @function_tool
+    def get_company(ticker: str) -> str:
+        ran.append(ticker)
+        return f"{ticker}: Globex, 900 staff"
+
+    model = turns(*[("get_company", {"ticker": "GLBX"})] * 3)
+    agent = Agent(name="a", model=model, tools=govern_tools(gov, [get_company]))
+
+    async def stream() -> Any:
+        result = Runner.run_streamed(agent, "go", context={"run_id": "streamed"})
+        async for _ in result.stream_events():
+            pass
+        return result
+
+    assert asyncio.run(stream()).final_output == "done"
+    assert ran == ["GLBX"]
+    statuses = [r["status"] for r in gov.audit_records("streamed")]
+    assert statuses == ["executed", "cached", "corrected"]
+
+
 @pytest.fixture
 def thread_loop() -> Any:
     """Runner.run_sync runs on the thread's default loop and leaves it open: close it."""
@@ -363,7 +389,7 @@ def test_a_tool_without_a_failure_function_raises_out_of_the_run_as_without_head
         name="a", model=turns(("transfer", {"amount": 5})), tools=govern_tools(gov, [tool])
     )
     with pytest.raises(UserError) as caught:
-        run(agent, {"run_id": "frozen"})
+        run(agent, types.SimpleNamespace(run_id="frozen"))  # run_id as an attribute
     assert isinstance(caught.value.__cause__, ValueError)
     assert [r["status"] for r in gov.audit_records("frozen")] == ["error"]
 

@@ -389,6 +389,10 @@ def test_a_new_run_in_the_same_conversation_is_a_new_user_turn() -> None:
     again = returns(once.run_sync("and again", conversation_id="chat-1"))
     # without the user turn this would be the 3rd identical call: corrected, not served
     assert again[0].outcome == "success" and "stored result" in str(again[0].content)
+    # another conversation, or none (a fresh id per run), shares nothing with this one
+    for conversation in ("chat-2", None):
+        first = returns(once.run_sync("go", conversation_id=conversation))
+        assert first[0].content == "A: Acme Corp"  # executed: no cache shared
 
 
 def test_a_tool_registered_after_the_agent_has_run_gets_its_spec() -> None:
