@@ -429,8 +429,8 @@ def test_govern_tools_rejects_what_is_not_a_function_tool() -> None:
 class FakeMCPServer(agents.mcp.MCPServer):
     """An MCP server in process: a read-only closed-world lookup and a failing write."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
         self.calls: list[tuple[str, Any]] = []
 
     @property
@@ -495,6 +495,22 @@ def test_an_mcp_is_error_result_repeated_gets_the_repeated_error_correction() ->
     assert len(server.calls) == 3  # an undeclared MCP tool is an unkeyed write: it runs
     assert all("ticket system rejected the request" in o for o in out)
     assert "same approach" in out[2].lower() and "same approach" not in out[1].lower()
+
+
+def test_an_mcp_server_without_a_failure_function_raises_as_without_headway() -> None:
+    """failure_error_function=None on the server: what its call_tool raises ends the run
+    as it would unwrapped (the SDK's AgentsException), after headway recorded the ERROR."""
+
+    class Down(FakeMCPServer):
+        async def call_tool(self, tool_name: str, arguments: Any, meta: Any = None) -> Any:
+            raise ConnectionError("ticket database unreachable")
+
+    gov, server = headway.Governor(), Down(failure_error_function=None)
+    model = turns(("file_ticket", {"q": "printer jam"}))
+    with pytest.raises(agents.exceptions.AgentsException) as caught:
+        run(mcp_agent(server, gov, model), {"run_id": "down"})
+    assert isinstance(caught.value.__cause__, ConnectionError)
+    assert [r["status"] for r in gov.audit_records("down")] == ["error"]
 
 
 def test_a_stop_inside_an_mcp_call_ends_the_run() -> None:

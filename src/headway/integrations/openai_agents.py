@@ -259,14 +259,22 @@ class GovernedMCPServer(MCPServer):
         if ctx is None or not isinstance(ctx, ToolContext):  # called outside an agent run
             return await self.server.call_tool(tool_name, arguments, meta)
 
+        raised: list[Exception] = []
+
         async def run(**args: Any) -> Any:
-            result = await self.server.call_tool(tool_name, args, meta)
+            try:
+                result = await self.server.call_tool(tool_name, args, meta)
+            except Exception as exc:
+                raised.append(exc)
+                raise
             return result.model_dump(mode="json", by_alias=True, exclude_none=True)
 
         declare(self.gov, tool_name)
         out = await _govern_call(self.gov, tool_name, ctx, arguments or {}, run, self.key_of)
         if out.status is Status.EXECUTED and out.correction is None:
             return CallToolResult.model_validate(out.value)
+        if out.status is Status.ERROR and raised and self._inner_failure is None:
+            raise raised[-1]  # failure_error_function=None: the SDK raises it, as unwrapped
         text = TextContent(type="text", text=out.to_model())
         return CallToolResult.model_validate(
             {"content": [text], "isError": out.status is Status.ERROR}
