@@ -15,7 +15,15 @@ from typing import Any
 import pytest
 
 try:
-    from pydantic_ai import Agent, ModelRetry, RunContext
+    from pydantic_ai import (
+        Agent,
+        ApprovalRequired,
+        CallDeferred,
+        DeferredToolRequests,
+        DeferredToolResults,
+        ModelRetry,
+        RunContext,
+    )
     from pydantic_ai.exceptions import AgentRunError
     from pydantic_ai.messages import (
         ModelMessage,
@@ -416,6 +424,43 @@ def test_a_tool_registered_after_the_agent_has_run_gets_its_spec() -> None:
     parts = returns(again.run_sync("go"))
     assert ran == ["EUR", "CHF"]  # 4 identical calls, one execution
     assert [p.outcome for p in parts] == ["success", "success", "retried", "retried"]
+
+
+def test_a_tool_that_defers_its_call_still_defers_it_and_runs_once_approved() -> None:
+    """ApprovalRequired / CallDeferred raised by a tool are Pydantic AI's control flow,
+    not failures: the run ends with DeferredToolRequests as without headway, and the
+    approved write then runs once under its call id."""
+    gov = headway.Governor()
+    gov.register("delete_branch", None, effect="write")
+    agent = Agent(
+        scripted([("delete_branch", {"name": "old-ui"}), ("export", {"fmt": "csv"})]),
+        output_type=[str, DeferredToolRequests],
+        capabilities=[HeadwayCapability(gov)],
+    )
+    deleted: list[str] = []
+
+    @agent.tool
+    def delete_branch(ctx: RunContext[None], name: str) -> str:
+        if not ctx.tool_call_approved:
+            raise ApprovalRequired()
+        deleted.append(name)
+        return f"deleted {name}"
+
+    @agent.tool_plain
+    def export(fmt: str) -> str:
+        raise CallDeferred()  # run elsewhere, its result comes back later
+
+    first = agent.run_sync("go", conversation_id="review-1")
+    assert isinstance(first.output, DeferredToolRequests)
+    assert [c.tool_name for c in first.output.approvals] == ["delete_branch"]
+    assert [c.tool_name for c in first.output.calls] == ["export"]
+    assert deleted == []
+    results = DeferredToolResults(
+        approvals={first.output.approvals[0].tool_call_id: True},
+        calls={first.output.calls[0].tool_call_id: "exported 12 rows"},
+    )
+    second = agent.run_sync(message_history=first.all_messages(), deferred_tool_results=results)
+    assert second.output == "done" and deleted == ["old-ui"]
 
 
 def test_an_exception_a_tool_raises_is_a_failed_result_the_model_reads() -> None:

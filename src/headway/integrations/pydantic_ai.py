@@ -29,6 +29,8 @@ from pydantic_ai.capabilities import AbstractCapability  # noqa: E402
 from pydantic_ai.capabilities.abstract import WrapToolExecuteHandler  # noqa: E402
 from pydantic_ai.exceptions import (  # noqa: E402
     AgentRunError,
+    ApprovalRequired,
+    CallDeferred,
     ModelRetry,
     ToolFailed,
     ToolFailedError,
@@ -56,6 +58,8 @@ class BudgetStopped(HeadwayStop, BudgetExceeded):
 _ERROR = "Error: "
 # How a Pydantic AI tool answers a failure: a retry prompt or a failed result for the model.
 _TOOL_ERRORS = (ModelRetry, ToolFailed, ToolRetryError, ToolFailedError)
+# How a tool defers its call (to an approval, to another process): control flow, kept.
+_DEFERRALS = (ApprovalRequired, CallDeferred)
 
 
 def _native(stop: Stop) -> HeadwayStop:
@@ -127,6 +131,7 @@ class HeadwayCapability(AbstractCapability[Any]):
             self.gov, name, (tool_def.metadata or {}).get("annotations")
         )
         failures: list[Exception] = []
+        deferred: list[Exception] = []
 
         async def run(**kwargs: Any) -> Any:
             try:
@@ -134,6 +139,9 @@ class HeadwayCapability(AbstractCapability[Any]):
             except _TOOL_ERRORS as exc:  # the tool's own error message to the model
                 failures.append(exc)
                 return _ERROR + str(exc)
+            except _DEFERRALS as exc:  # not a failure: the run ends with deferred calls
+                deferred.append(exc)
+                raise
 
         call_id = call.tool_call_id
         keys: dict[str, Any] = {"call_id": call_id, "step_id": step_of(call_id, spec)}
@@ -147,6 +155,8 @@ class HeadwayCapability(AbstractCapability[Any]):
             raise _native(stop) from stop
         if out.status is Status.EXECUTED and out.correction is None:
             return out.value
+        if out.status is Status.ERROR and deferred:  # recorded as not done (a write's key
+            raise deferred[-1]  # released); Pydantic AI defers the call
         text = out.to_model()
         if out.status is Status.ERROR and failures:  # the tool's retry prompt or failure, kept
             failure = failures[-1]
