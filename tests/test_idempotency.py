@@ -380,6 +380,26 @@ def test_a_step_keyed_write_left_unknown_is_retried_under_its_key_from_another_s
     assert ledger.counts() == {"o": 2, "p": 1, "q": 1}
 
 
+def test_a_step_keyed_write_left_unknown_on_one_worker_is_reconciled_on_another(
+    tmp_path: Path, ledger: Ledger
+) -> None:
+    """The unknown step-keyed writes travel with the shared session record."""
+    pay = charge_tool(ledger, after=[TimeoutError("t")])
+
+    def worker() -> headway.Governor:
+        gov = headway.Governor(store=headway.SQLiteStore(tmp_path / "shared.db"))
+        gov.register(
+            "pay", pay, effect="write", reconcile=lambda key, args: ledger.lookup(args["order"])
+        )
+        return gov
+
+    first, second = worker(), worker()
+    args = {"order": "o", "amount": 3}
+    assert first.session("r").call("pay", args, step_id="call-1").status is Status.UNKNOWN
+    retry = second.session("r").call("pay", args, step_id="call-2")
+    assert retry.status is Status.REPLAYED and ledger.counts() == {"o": 1}
+
+
 def test_a_real_timeout_keeps_the_abandoned_attempt_for_its_late_result(ledger: Ledger) -> None:
     gov = headway.Governor()
     release = threading.Event()
