@@ -351,6 +351,55 @@ def test_unkeyed_write_after_unknown_without_reconcile_does_not_run(
     assert ledger.counts() == {"m": 1, "other": 1}
 
 
+def test_a_step_keyed_write_left_unknown_is_retried_under_its_key_from_another_step(
+    clock: FakeClock, ledger: Ledger
+) -> None:
+    """A framework keys a write by its tool call id; the model retries a write whose
+    outcome is unknown with a new call id: the retry takes the unknown write's key (§5.4),
+    so it is reconciled, and without a reconcile nothing runs."""
+    gov = gov_for(headway.MemoryStore(), clock)
+    gov.register(
+        "pay",
+        charge_tool(ledger, after=[TimeoutError("t")]),
+        effect="write",
+        reconcile=lambda key, args: ledger.lookup(args["order"]),
+    )
+    gov.register("ship", charge_tool(ledger, after=[TimeoutError("t")]), effect="write")
+    s = gov.session("r")
+    first = s.call("pay", {"order": "o", "amount": 1}, step_id="call-1")
+    assert first.status is Status.UNKNOWN
+    retry = s.call("pay", {"order": "o", "amount": 1}, step_id="call-2")
+    assert retry.status is Status.REPLAYED and not retry.executed
+    assert retry.reconcile_key == first.reconcile_key and ledger.counts() == {"o": 1}
+    # the write is settled: an identical one with a new step is a new write
+    assert s.call("pay", {"order": "o", "amount": 1}, step_id="call-3").executed
+    assert ledger.counts() == {"o": 2}
+    assert s.call("ship", {"order": "p", "amount": 0}, step_id="call-4").status is Status.UNKNOWN
+    assert s.call("ship", {"order": "p", "amount": 0}, step_id="call-5").status is Status.UNKNOWN
+    assert s.call("ship", {"order": "q", "amount": 0}, step_id="call-6").executed
+    assert ledger.counts() == {"o": 2, "p": 1, "q": 1}
+
+
+def test_a_step_keyed_write_left_unknown_on_one_worker_is_reconciled_on_another(
+    tmp_path: Path, ledger: Ledger
+) -> None:
+    """The unknown step-keyed writes travel with the shared session record."""
+    pay = charge_tool(ledger, after=[TimeoutError("t")])
+
+    def worker() -> headway.Governor:
+        gov = headway.Governor(store=headway.SQLiteStore(tmp_path / "shared.db"))
+        gov.register(
+            "pay", pay, effect="write", reconcile=lambda key, args: ledger.lookup(args["order"])
+        )
+        return gov
+
+    first, second = worker(), worker()
+    args = {"order": "o", "amount": 3}
+    assert first.session("r").call("pay", args, step_id="call-1").status is Status.UNKNOWN
+    retry = second.session("r").call("pay", args, step_id="call-2")
+    assert retry.status is Status.REPLAYED and ledger.counts() == {"o": 1}
+
+
 def test_a_real_timeout_keeps_the_abandoned_attempt_for_its_late_result(ledger: Ledger) -> None:
     gov = headway.Governor()
     release = threading.Event()

@@ -8,6 +8,7 @@ import io
 import itertools
 import os
 import re
+import types
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,10 @@ try:
     import agents
     import mcp.types as mcp_types
     from agents import Agent, Runner, function_tool
+    from agents.exceptions import UserError
     from agents.items import ToolCallOutputItem
     from agents.testing import ScriptedModel, assistant_message, function_call
+    from agents.usage import Usage
 except ImportError:
     if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
         raise
@@ -29,6 +32,7 @@ except ImportError:
 
 import headway
 from headway.integrations.openai_agents import (
+    BudgetStopped,
     GovernedMCPServer,
     HeadwayStop,
     LoopStopped,
@@ -150,6 +154,62 @@ def test_a_keyed_write_retried_after_a_timeout_runs_once_and_is_reconciled() -> 
     assert len(asked) == 1  # reconciled once, on the retry
 
 
+def test_a_timed_out_write_the_model_calls_again_is_reconciled_not_run_again() -> None:
+    """The model's retry has a new tool call id, so a new default key: it is still a retry
+    of the write whose outcome is unknown (same tool, same arguments), and is reconciled."""
+    sent: list[str] = []
+
+    def reconcile(key: str, args: dict[str, Any]) -> str | None:
+        return f"wired {args['amount']} to {sent[-1]}" if sent else None
+
+    gov = headway.Governor()
+    gov.register("wire", None, effect="write", timeout=0.05, reconcile=reconcile)
+
+    @function_tool
+    async def wire(amount: int, iban: str) -> str:
+        sent.append(iban)
+        if len(sent) == 1:
+            await asyncio.sleep(5)  # the bank acted, its answer never came back in time
+        return f"wired {amount} to {iban}"
+
+    call = ("wire", {"amount": 990, "iban": "DE89"})
+    agent = Agent(name="a", model=turns(call, call), tools=govern_tools(gov, [wire]))
+    out = outputs(run(agent, {"run_id": "wire-1"}))
+    assert "unknown" in out[0].lower()
+    assert out[1].startswith("wired 990 to DE89") and "already completed" in out[1]
+    assert sent == ["DE89"]
+
+
+def test_a_write_keyed_through_the_run_context_is_performed_once_across_runs() -> None:
+    """An explicit key (here from the run's context) holds across runs that share no
+    run_id and no call id: the retry after a timeout is reconciled, not performed again."""
+    refunds: list[int] = []
+
+    def reconcile(key: str, args: dict[str, Any]) -> str | None:
+        return f"refunded {refunds[-1]}" if refunds else None
+
+    gov = headway.Governor()
+    gov.register("refund", None, effect="write", timeout=0.05, reconcile=reconcile)
+
+    @function_tool
+    async def refund(cents: int) -> str:
+        refunds.append(cents)
+        if len(refunds) == 1:
+            await asyncio.sleep(5)  # the refund went through, its answer never came
+        return f"refunded {cents}"
+
+    tools = govern_tools(
+        gov, [refund], idempotency_key=lambda ctx, args: f"refund-{ctx.context['ticket']}"
+    )
+    out = []
+    for _ in range(2):  # a new Runner.run each time: a new session, a new call id
+        model = turns(("refund", {"cents": 1250}))
+        out += outputs(run(Agent(name="a", model=model, tools=tools), {"ticket": "T-77"}))
+    assert "unknown" in out[0].lower()
+    assert out[1].startswith("refunded 1250") and "already completed" in out[1]
+    assert refunds == [1250]
+
+
 def test_an_error_answered_as_text_three_times_gets_the_repeated_error_correction() -> None:
     gov = headway.Governor()
     gov.register("book", None, effect="write")
@@ -185,6 +245,31 @@ def test_parallel_identical_reads_in_one_turn_run_once_and_both_get_the_result()
     out = outputs(run(agent))
     assert ran == ["ACME"]  # single-flight: the follower waited for the leader's result
     assert [o.split("\n")[0] for o in out] == ["ACME: Acme Corp"] * 2
+
+
+def test_a_streamed_run_is_governed_too() -> None:
+    gov = headway.Governor()
+    gov.register("get_company", None, effect="read", deterministic=True)
+    ran: list[str] = []
+
+    @function_tool
+    def get_company(ticker: str) -> str:
+        ran.append(ticker)
+        return f"{ticker}: Globex, 900 staff"
+
+    model = turns(*[("get_company", {"ticker": "GLBX"})] * 3)
+    agent = Agent(name="a", model=model, tools=govern_tools(gov, [get_company]))
+
+    async def stream() -> Any:
+        result = Runner.run_streamed(agent, "go", context={"run_id": "streamed"})
+        async for _ in result.stream_events():
+            pass
+        return result
+
+    assert asyncio.run(stream()).final_output == "done"
+    assert ran == ["GLBX"]
+    statuses = [r["status"] for r in gov.audit_records("streamed")]
+    assert statuses == ["executed", "cached", "corrected"]
 
 
 @pytest.fixture
@@ -240,6 +325,102 @@ def test_an_exception_the_sdk_turns_into_text_is_an_error_outcome() -> None:
     assert "same approach" in out[2].lower()
 
 
+def test_a_tool_registered_after_the_agent_is_built_and_has_run_gets_its_spec() -> None:
+    """govern_tools declares an unregistered tool with the safe default; registering it
+    afterwards (after the agent was built, even after it ran) is the operator's choice and
+    wins: no ConfigError, and the read is cached from then on."""
+    gov = headway.Governor()
+    ran: list[str] = []
+
+    @function_tool
+    def get_rate(currency: str) -> str:
+        ran.append(currency)
+        return f"1 {currency} = 1.08 USD"
+
+    tools = govern_tools(gov, [get_rate])
+    run(Agent(name="a", model=turns(("get_rate", {"currency": "EUR"})), tools=tools))
+    gov.register("get_rate", None, effect="read", deterministic=True)
+    model = turns(*[("get_rate", {"currency": "CHF"})] * 4)
+    out = outputs(run(Agent(name="a", model=model, tools=tools)))
+    assert ran == ["EUR", "CHF"]  # 4 identical calls, one execution
+    assert "stored result" in out[1] and "4 times with identical arguments" in out[3]
+
+
+@pytest.mark.parametrize(
+    ("budgets", "usage", "budget_type"),
+    [
+        (headway.Budgets(turns=3), None, "turns"),
+        (headway.Budgets(tokens=100), Usage(requests=1, total_tokens=40), "tokens"),
+    ],
+    ids=["turns", "tokens"],
+)
+def test_model_turns_and_their_tokens_count_against_the_budgets(
+    budgets: headway.Budgets, usage: Usage | None, budget_type: str
+) -> None:
+    """Each model request of the run is a model turn with its tokens: the turn that
+    reaches the budget (the 3rd: 3 turns, 120 tokens) has its tool calls stopped."""
+    gov = headway.Governor()
+    gov.session("budget-1", budgets=budgets)
+    ran: list[str] = []
+
+    @function_tool
+    def fetch(page: int) -> str:
+        ran.append(str(page))
+        return f"page {page}: {page * 7} new rows"
+
+    model = turns(*[("fetch", {"page": n}) for n in range(8)])
+    model.set_default_usage(usage)
+    with pytest.raises(BudgetStopped) as caught:
+        run(Agent(name="a", model=model, tools=govern_tools(gov, [fetch])), {"run_id": "budget-1"})
+    assert caught.value.diagnostic["budget_type"] == budget_type
+    assert ran == ["0", "1"]
+
+
+def test_a_tool_without_a_failure_function_raises_out_of_the_run_as_without_headway() -> None:
+    """failure_error_function=None asks the SDK to raise what the tool raises: headway
+    records the ERROR and the run still ends with the SDK's UserError."""
+    gov = headway.Governor()
+
+    def transfer(amount: int) -> str:
+        raise ValueError("account frozen")
+
+    tool = function_tool(transfer, failure_error_function=None)
+    agent = Agent(
+        name="a", model=turns(("transfer", {"amount": 5})), tools=govern_tools(gov, [tool])
+    )
+    with pytest.raises(UserError) as caught:
+        run(agent, types.SimpleNamespace(run_id="frozen"))  # run_id as an attribute
+    assert isinstance(caught.value.__cause__, ValueError)
+    assert [r["status"] for r in gov.audit_records("frozen")] == ["error"]
+
+
+def test_different_writes_in_one_turn_each_run_once_and_runs_are_separate_sessions() -> None:
+    gov = headway.Governor()
+    gov.register("get_company", None, effect="read", deterministic=True)
+    sent: list[str] = []
+
+    @function_tool
+    async def notify(user: str) -> str:
+        sent.append(user)
+        return f"notified {user}"
+
+    @function_tool
+    def get_company(ticker: str) -> str:
+        return f"{ticker}: Acme Corp"
+
+    tools = govern_tools(gov, [notify, get_company])
+    batch = [function_call("notify", {"user": u}, call_id=f"n-{u}") for u in "abcd"]
+    model = ScriptedModel([batch, [assistant_message("done")]])
+    assert outputs(run(Agent(name="a", model=model, tools=tools))) == [
+        f"notified {u}" for u in "abcd"
+    ]
+    assert sorted(sent) == list("abcd")
+    for run_id in ("run-x", "run-y"):  # another run_id: no cache shared
+        model = turns(("get_company", {"ticker": "ACME"}))
+        run(Agent(name="a", model=model, tools=tools), {"run_id": run_id})
+        assert [r["status"] for r in gov.audit_records(run_id)] == ["executed"]
+
+
 def test_govern_tools_rejects_what_is_not_a_function_tool() -> None:
     with pytest.raises(TypeError, match="FunctionTool"):
         govern_tools(headway.Governor(), [agents.WebSearchTool()])  # type: ignore[list-item]
@@ -248,8 +429,8 @@ def test_govern_tools_rejects_what_is_not_a_function_tool() -> None:
 class FakeMCPServer(agents.mcp.MCPServer):
     """An MCP server in process: a read-only closed-world lookup and a failing write."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
         self.calls: list[tuple[str, Any]] = []
 
     @property
@@ -314,6 +495,22 @@ def test_an_mcp_is_error_result_repeated_gets_the_repeated_error_correction() ->
     assert len(server.calls) == 3  # an undeclared MCP tool is an unkeyed write: it runs
     assert all("ticket system rejected the request" in o for o in out)
     assert "same approach" in out[2].lower() and "same approach" not in out[1].lower()
+
+
+def test_an_mcp_server_without_a_failure_function_raises_as_without_headway() -> None:
+    """failure_error_function=None on the server: what its call_tool raises ends the run
+    as it would unwrapped (the SDK's AgentsException), after headway recorded the ERROR."""
+
+    class Down(FakeMCPServer):
+        async def call_tool(self, tool_name: str, arguments: Any, meta: Any = None) -> Any:
+            raise ConnectionError("ticket database unreachable")
+
+    gov, server = headway.Governor(), Down(failure_error_function=None)
+    model = turns(("file_ticket", {"q": "printer jam"}))
+    with pytest.raises(agents.exceptions.AgentsException) as caught:
+        run(mcp_agent(server, gov, model), {"run_id": "down"})
+    assert isinstance(caught.value.__cause__, ConnectionError)
+    assert [r["status"] for r in gov.audit_records("down")] == ["error"]
 
 
 def test_a_stop_inside_an_mcp_call_ends_the_run() -> None:

@@ -40,6 +40,26 @@ def test_registering_a_name_twice_needs_replace(gov: headway.Governor) -> None:
     gov.register("t", second, effect="read")  # the very same spec again: harmless
 
 
+def test_a_spec_headway_declared_itself_is_replaced_by_a_registration(
+    gov: headway.Governor,
+) -> None:
+    """A tool a framework ran before anyone registered it got the safe default; the
+    operator's registration that comes later replaces it, without replace=True."""
+    ran: list[str] = []
+
+    def lookup(q: str) -> str:
+        ran.append(q)
+        return "found"
+
+    gov.session("a").call("lookup", {"q": "x"}, run=lookup)  # declared: an unkeyed write
+    gov.register("lookup", None, effect="read", deterministic=True)
+    session = gov.session("b")
+    statuses = [session.call("lookup", {"q": "x"}, run=lookup).status.value for _ in range(2)]
+    assert statuses == ["executed", "cached"] and ran == ["x", "x"]
+    with pytest.raises(headway.ConfigError, match="replace=True"):  # now it is the operator's
+        gov.register("lookup", None, effect="read")
+
+
 def test_a_misspelt_option_fails_mypy_and_raises(tmp_path: Path, gov: headway.Governor) -> None:
     pytest.importorskip("mypy")
     snippet = tmp_path / "snippet.py"

@@ -40,6 +40,7 @@ class Call:
     correction: str | None = None
     would: str | None = None
     idem_key: str | None = None
+    step_keyed: bool = False  # the key came from a step id, not from the caller
     idem_state: str | None = None
     reconcile_key: str | None = None
     reconcile_s: float | None = None  # time from UNKNOWN to resolution

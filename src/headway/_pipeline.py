@@ -30,7 +30,7 @@ from ._shared import Moved, counts_calls, refresh, reserve
 from ._spec import ToolSpec
 from .audit import summarize
 from .errors import ArgumentError
-from .idempotency import flush, step_key, with_rider
+from .idempotency import flush, step_key, unkeyed_key, with_rider
 from .outcome import CACHED, CORRECTED, EXECUTED, REPLAYED, UNKNOWN, Outcome, error_info
 from .stores._base import Op, dumps, loads
 
@@ -67,7 +67,7 @@ def begin(
     canon = canonical_json(args)
     spec = gov._specs.get(name)  # not gov.spec(): one frame less on every call
     if spec is None and run is not None:
-        spec = gov.register(name, None)  # a tool the framework runs, undeclared: a write
+        spec = gov._declare(name)  # a tool the framework runs, undeclared: a write
     c = _new_call(gov, spec, name, args, canon, now)
     if agent is not None:
         if not isinstance(agent, str) or not agent:
@@ -104,8 +104,13 @@ def begin(
                 raise ArgumentError(f"{label} must be a non-empty string, not {value!r}", label)
         if c.effect == "read":
             c.flag("key_ignored_on_read")
+        elif idempotency_key is not None:
+            c.idem_key = idempotency_key
         else:
-            c.idem_key = idempotency_key or step_key(gov.namespace, st.session_id, str(step_id))
+            c.step_keyed = True
+            c.idem_key = step_key(gov.namespace, st.session_id, str(step_id))
+            if st.unknown_steps:  # §5.4: an identical write left UNKNOWN is being retried
+                c.idem_key = st.unknown_steps.get(unkeyed_key(st, c), c.idem_key)
     if st.shared:
         return c  # the session's state is in the store: everything else is in plan()
     cacheable = spec.cacheable()

@@ -153,6 +153,9 @@ class Governor:
         self.default_budgets: Budgets | None = None
         self.breaker_lock = threading.Lock()
         self._specs: dict[str, ToolSpec] = {}
+        # names whose spec headway declared itself (the default, MCP hints): not the
+        # operator's choice, so a later register() replaces it without replace=True
+        self._declared: set[str] = set()
         self._session_cache = False  # any tool caching per session (writes must invalidate)
         self._sessions: dict[str, SessionState] = {}
         self._sessions_lock = threading.Lock()
@@ -212,14 +215,26 @@ class Governor:
             merged = {**hinted, **operator}
         spec = make_spec(name, fn, **merged)
         old = self._specs.get(name)
-        if old is not None and old != spec and not replace:
+        if old is not None and old != spec and not replace and name not in self._declared:
             raise ConfigError(
                 f"tool {name!r} is already registered; pass replace=True to replace it"
             )
         self._specs[name] = spec
+        self._declared.discard(name)
         self._session_cache = any(
             s.cacheable() and s.scope == "session" for s in self._specs.values()
         )
+        return spec
+
+    def _declare(self, name: str, annotations: Mapping[str, Any] | None = None) -> ToolSpec:
+        """The spec of a tool something else runs, when nobody registered one: from its MCP
+        annotations, else the safe default (an unkeyed write). It stands until the tool is
+        registered: ``register(name, ...)`` then replaces it, whenever it comes."""
+        spec = self._specs.get(name)
+        if spec is None:
+            hints = None if annotations is None else dict(annotations)
+            spec = self.register(name, None, annotations=hints)
+            self._declared.add(name)
         return spec
 
     @overload

@@ -11,6 +11,7 @@ from ._canonical import digest, sha256_of
 from .audit import AuditRecord, args_field, summarize
 from .budgets import diagnostic
 from .errors import BudgetExceeded, LoopDetected, Stop
+from .idempotency import unkeyed_key
 from .outcome import (
     CACHED,
     CORRECTED,
@@ -110,6 +111,11 @@ def _judge(gov: Governor, st: SessionState, c: Call, now: float) -> _Judged:
             bump(st, c.bumps)
         if c.reconcile_key is not None and c.status is UNKNOWN and c.idem_key is None:
             st.unknown_writes.setdefault(c.reconcile_key, now)
+    if c.step_keyed:  # a retry of it with another step id is a retry of its key (§5.4)
+        if c.status is UNKNOWN:
+            st.unknown_steps[unkeyed_key(st, c)] = c.idem_key or ""
+        elif st.unknown_steps and c.status in (EXECUTED, REPLAYED):
+            st.unknown_steps.pop(unkeyed_key(st, c), None)
     signals: dict[str, Any] = {}
     mark = "neutral"
     correction = c.correction

@@ -83,6 +83,7 @@ def dump(st: SessionState, now: float) -> str:
         "meter": [m.started, m.turns, m.calls, m.tokens, m.cost, dict(m.per_tool), dict(m.retries)],
         "gen": dict(st.generation),
         "uw": dict(st.unknown_writes),
+        "us": dict(st.unknown_steps),
         "mon": st.monitor.snapshot(),
         "agents": {name: mon.snapshot() for name, mon in agents},
     }
@@ -113,6 +114,7 @@ def _load(st: SessionState, text: str | None, now: float) -> None:
         # an epoch no earlier entry can have: a run that starts again never reads a stale cache
         st.generation["*"] = int(now * 1000)
         st.unknown_writes.clear()
+        st.unknown_steps.clear()
         if st.make_monitor is not None:
             st.monitor = st.make_monitor()
         st.agents.clear()
@@ -134,6 +136,8 @@ def _load(st: SessionState, text: str | None, now: float) -> None:
     st.epoch += 1  # cache-key prefixes remembered from the older epochs are stale
     st.unknown_writes.clear()
     st.unknown_writes.update(rec["uw"])
+    st.unknown_steps.clear()
+    st.unknown_steps.update(rec.get("us", {}))  # absent from records of older versions
     st.monitor.restore(rec["mon"])
     st.agents.clear()
     for name, snap in rec["agents"].items():
@@ -188,14 +192,14 @@ def _update(
         current: Any = _UNREAD
         with st.lock:
             expected = st.remote
-            before = st.epoch, st.stop, dict(st.unknown_writes)
+            before = st.epoch, st.stop, dict(st.unknown_writes), dict(st.unknown_steps)
             result = change()  # may raise Stop: nothing was written
             sent = dict(st.meter.unsynced)
             # steps, counts and windows may be lost in a crash of the store's server
             # (PostgreSQL: no wait for the WAL flush); cache epochs that a write bumped,
             # a stop and the unknown writes may not (a stale read, a stopped run going
             # on, an UNKNOWN write run again without reconciling)
-            durable = (st.epoch, st.stop, st.unknown_writes) != before
+            durable = (st.epoch, st.stop, st.unknown_writes, st.unknown_steps) != before
             try:
                 new: str | None = dump(st, gov.clock())
                 st.remote = new  # later changes in this process build on this one

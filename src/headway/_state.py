@@ -85,6 +85,8 @@ class SessionState:
     # tool -> (its spec, the epoch, its cache-key prefix then)
     key_prefixes: dict[str, tuple[Any, int, str]] = dataclasses.field(default_factory=dict)
     unknown_writes: dict[str, float] = dataclasses.field(default_factory=dict)  # §5.4
+    # a step-keyed write left UNKNOWN: its tool and arguments -> its idempotency key
+    unknown_steps: dict[str, str] = dataclasses.field(default_factory=dict)
     # a session shared by workers (``_shared``): the record as last read or written here,
     # and the step whose budget stop is provisional until that step settles
     shared: bool = False

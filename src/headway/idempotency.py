@@ -222,7 +222,7 @@ class Writes:
             return (yield from self._keyed(gov, c))
         if not st.unknown_writes:  # the common case: no digest of the arguments to make
             return RUN
-        rkey = _unkeyed_key(st, c)
+        rkey = unkeyed_key(st, c)
         if rkey in st.unknown_writes:
             verdict, result = yield from self._reconcile(gov, c, rkey)
             if verdict == "found":
@@ -423,7 +423,7 @@ class Writes:
         """Record what happened to the write we ran."""
         if not isinstance(ticket, Held):
             if c.idem_key is None and c.status is UNKNOWN:
-                rkey = _unkeyed_key(st, c)
+                rkey = unkeyed_key(st, c)
                 c.reconcile_key = rkey
                 st.unknown_writes[rkey] = gov.clock()
                 if c.late is not None:
@@ -643,7 +643,8 @@ class Writes:
             c.flag(f"store_error: {type(exc).__name__}: {describe(exc)}"[:300])
 
 
-def _unkeyed_key(st: SessionState, c: Call) -> str:
+def unkeyed_key(st: SessionState, c: Call) -> str:
+    """The session's name for a write by its tool and arguments (the UNKNOWN rule, §5.4)."""
     return f"unkeyed:{st.session_id}:{c.spec.name}:{c.args_digest[:32]}"
 
 

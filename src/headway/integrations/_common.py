@@ -26,17 +26,20 @@ def require(module: str, extra: str) -> ModuleType:
 def declare(gov: Governor, name: str, annotations: Mapping[str, Any] | None = None) -> ToolSpec:
     """The spec of a tool the framework runs: the one registered (the operator's choice),
     else one from the MCP annotations the framework carries, else the safe default (an
-    unkeyed write: never cached, judged by its repeats)."""
-    spec = gov.spec(name)
-    if spec is None:
-        spec = gov.register(name, None, annotations=dict(annotations or {}))
-    return spec
+    unkeyed write: never cached, judged by its repeats). A registration made later, even
+    after the agent is built or has run, replaces it."""
+    return gov._declare(name, annotations)
 
 
 def step_of(call_id: str | None, spec: ToolSpec | None = None) -> str | None:
     """The idempotency step of a framework's tool call: a write retried by the framework
     under the same call id keeps its key (scoped to the run by ``gov.session(run_id)``).
     None for a declared read: a read has no key (one given is flagged in its audit)."""
-    if not call_id or (spec is not None and spec.effect == "read"):
+    if not call_id or not writes(spec):
         return None
     return f"call:{call_id}"
+
+
+def writes(spec: ToolSpec | None) -> bool:
+    """Whether a call of this tool may take an idempotency key: anything but a declared read."""
+    return spec is None or spec.effect != "read"

@@ -4,8 +4,10 @@
 wraps an MCP server's ``call_tool``. One session per run: ``run_id`` on the context passed
 to ``Runner.run(context=...)`` (an attribute or a mapping key) names it, and every new
 ``Runner.run`` on it is a new user input (``user_turn()``); without one, each
-``Runner.run`` is a session of its own. A stop ends the run by raising ``HeadwayStop``, an
-``AgentsException`` (the SDK lets it through unchanged) that is also a ``headway.Stop``.
+``Runner.run`` is a session of its own. The model requests the run's usage counted are
+reported as model turns (with their tokens) at its next tool call. A stop ends the run by
+raising ``HeadwayStop``, an ``AgentsException`` (the SDK lets it through unchanged) that is
+also a ``headway.Stop``.
 """
 
 from __future__ import annotations
@@ -15,13 +17,13 @@ import copy
 import inspect
 import json
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .._session import Governor, Session
 from ..errors import BudgetExceeded, LoopDetected, Stop
 from ..outcome import Outcome, Status
-from ._common import declare, require, step_of
+from ._common import declare, require, step_of, writes
 
 require("agents", "openai-agents")
 
@@ -54,26 +56,49 @@ def _native(stop: Stop) -> HeadwayStop:
     return cls(stop.diagnostic)
 
 
-_RUN = "_headway_session"  # set on the run's Usage object: one per Runner.run, shared by its tools
+# An explicit idempotency key for a write: ``idempotency_key(ctx, args)``, or None for the
+# default (the run's session and the tool call id).
+KeyOf = Callable[[ToolContext[Any], Mapping[str, Any]], str | None]
+
+
+class _Run:
+    """headway's state of one ``Runner.run``, kept on its Usage object (one per run, shared
+    by its tool calls): the session, and the model requests and tokens already reported."""
+
+    __slots__ = ("requests", "session", "tokens")
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.requests = 0
+        self.tokens = 0
+
+
+_RUN = "_headway_run"
 # The SDK marks a tool context whose result its default formatter made from an exception.
 _SDK_FAILURE = "_function_tool_default_failure_handled"
 
 
 def _session(gov: Governor, ctx: ToolContext[Any]) -> Session:
-    """The session of the run this tool call belongs to (see the module docstring)."""
-    session: Session | None = getattr(ctx.usage, _RUN, None)
-    if session is None:
+    """The session of the run this tool call belongs to (see the module docstring), told
+    of the model turns the run made since its last tool call."""
+    usage = ctx.usage
+    run: _Run | None = getattr(usage, _RUN, None)
+    if run is None:
         context = ctx.context
         run_id = (
             context.get("run_id")
             if isinstance(context, Mapping)
             else getattr(context, "run_id", None)
         )
-        session = gov.session(str(run_id) if run_id is not None else f"run-{uuid.uuid4().hex}")
+        run = _Run(gov.session(str(run_id) if run_id is not None else f"run-{uuid.uuid4().hex}"))
         if run_id is not None:
-            session.user_turn()  # a new Runner.run on a named session: a new user input
-        setattr(ctx.usage, _RUN, session)
-    return session
+            run.session.user_turn()  # a new Runner.run on a named session: a new user input
+        setattr(usage, _RUN, run)
+    while run.requests < usage.requests:  # turn and token budgets (raises once stopped)
+        tokens, run.tokens = usage.total_tokens - run.tokens, usage.total_tokens
+        run.requests += 1
+        run.session.record_turn(tokens=tokens)
+    return run.session
 
 
 def _arguments(raw: str) -> dict[str, Any] | None:
@@ -85,18 +110,27 @@ def _arguments(raw: str) -> dict[str, Any] | None:
 
 
 async def _govern_call(
-    gov: Governor, name: str, ctx: ToolContext[Any], args: Mapping[str, Any], run: Any
+    gov: Governor,
+    name: str,
+    ctx: ToolContext[Any],
+    args: Mapping[str, Any],
+    run: Any,
+    key_of: KeyOf | None,
 ) -> Outcome:
-    session = _session(gov, ctx)
     try:
+        session = _session(gov, ctx)
         call_id = ctx.tool_call_id
-        step = step_of(call_id, gov.spec(name))
+        spec = gov.spec(name)
+        key = key_of(ctx, args) if key_of is not None and writes(spec) else None
+        if key is not None:
+            return await session.acall(name, args, run=run, idempotency_key=key, call_id=call_id)
+        step = step_of(call_id, spec)
         return await session.acall(name, args, run=run, step_id=step, call_id=call_id)
     except Stop as stop:
         raise _native(stop) from stop
 
 
-def _govern(gov: Governor, tool: FunctionTool) -> FunctionTool:
+def _govern(gov: Governor, tool: FunctionTool, key_of: KeyOf | None) -> FunctionTool:
     annotations = tool.mcp_annotations
     declare(gov, tool.name, annotations.model_dump(exclude_none=True) if annotations else None)
     invoke = tool.on_invoke_tool
@@ -105,17 +139,24 @@ def _govern(gov: Governor, tool: FunctionTool) -> FunctionTool:
         args = _arguments(raw)
         if args is None:  # malformed arguments: the SDK reports them its own way
             return await invoke(ctx, raw)
+        raised: list[Exception] = []
 
         async def run(**_: Any) -> Any:
             setattr(ctx, _SDK_FAILURE, False)  # this attempt's own mark, not an earlier one's
-            result = await invoke(ctx, raw)
+            try:
+                result = await invoke(ctx, raw)
+            except Exception as exc:  # no failure_error_function turned it into text
+                raised.append(exc)
+                raise
             if getattr(ctx, _SDK_FAILURE, False) and isinstance(result, str):
                 return f"Error: {result}"  # an exception the SDK turned into text: an ERROR
             return result
 
-        out = await _govern_call(gov, tool.name, ctx, args, run)
+        out = await _govern_call(gov, tool.name, ctx, args, run, key_of)
         if out.status is Status.EXECUTED and out.correction is None:
             return out.value  # the tool's own output, structured outputs included
+        if out.status is Status.ERROR and raised:
+            raise raised[-1]  # recorded as an ERROR; the SDK raises it as it would unwrapped
         return out.to_model()
 
     governed = copy.copy(tool)
@@ -123,16 +164,21 @@ def _govern(gov: Governor, tool: FunctionTool) -> FunctionTool:
     return governed
 
 
-def govern_tools(gov: Governor, tools: Sequence[FunctionTool]) -> list[FunctionTool]:
+def govern_tools(
+    gov: Governor, tools: Sequence[FunctionTool], *, idempotency_key: KeyOf | None = None
+) -> list[FunctionTool]:
     """Governed copies of ``tools`` for ``Agent(tools=...)``. A tool's spec is the one
-    registered under its name, else its MCP annotations, else an unkeyed write."""
+    registered under its name, else its MCP annotations, else an unkeyed write.
+
+    ``idempotency_key(ctx, args)`` may give a write an explicit key (from ``ctx.context``,
+    the run's context, or the arguments); None keeps the default, the run and call id."""
     bad = [t for t in tools if not isinstance(t, FunctionTool)]
     if bad:
         raise TypeError(
             f"govern_tools takes FunctionTools (@function_tool); got {type(bad[0]).__name__}: "
             "hosted tools run on OpenAI's side and cannot be governed here"
         )
-    return [_govern(gov, t) for t in tools]
+    return [_govern(gov, t, idempotency_key) for t in tools]
 
 
 _CALL: contextvars.ContextVar[ToolContext[Any] | None] = contextvars.ContextVar(
@@ -144,7 +190,9 @@ class GovernedMCPServer(MCPServer):
     """An MCP server whose ``call_tool`` goes through headway; pass it to
     ``Agent(mcp_servers=[...])`` in place of the server it wraps."""
 
-    def __init__(self, server: MCPServer, gov: Governor) -> None:
+    def __init__(
+        self, server: MCPServer, gov: Governor, *, idempotency_key: KeyOf | None = None
+    ) -> None:
         super().__init__(
             use_structured_content=server.use_structured_content,
             failure_error_function=self._failure,
@@ -156,6 +204,7 @@ class GovernedMCPServer(MCPServer):
         self._needs_approval_policy = server._needs_approval_policy
         self.server = server
         self.gov = gov
+        self.key_of = idempotency_key
         self._inner_failure = server._get_failure_error_function(default_tool_error_function)
 
     @property
@@ -210,14 +259,22 @@ class GovernedMCPServer(MCPServer):
         if ctx is None or not isinstance(ctx, ToolContext):  # called outside an agent run
             return await self.server.call_tool(tool_name, arguments, meta)
 
+        raised: list[Exception] = []
+
         async def run(**args: Any) -> Any:
-            result = await self.server.call_tool(tool_name, args, meta)
+            try:
+                result = await self.server.call_tool(tool_name, args, meta)
+            except Exception as exc:
+                raised.append(exc)
+                raise
             return result.model_dump(mode="json", by_alias=True, exclude_none=True)
 
         declare(self.gov, tool_name)
-        out = await _govern_call(self.gov, tool_name, ctx, arguments or {}, run)
+        out = await _govern_call(self.gov, tool_name, ctx, arguments or {}, run, self.key_of)
         if out.status is Status.EXECUTED and out.correction is None:
             return CallToolResult.model_validate(out.value)
+        if out.status is Status.ERROR and raised and self._inner_failure is None:
+            raise raised[-1]  # failure_error_function=None: the SDK raises it, as unwrapped
         text = TextContent(type="text", text=out.to_model())
         return CallToolResult.model_validate(
             {"content": [text], "isError": out.status is Status.ERROR}

@@ -3,14 +3,16 @@
 Every tool call goes through ``wrap_tool_execute``. One session per conversation
 (``RunContext.conversation_id``: pass ``conversation_id=`` or continue a
 ``message_history``); each new run in it (a new ``run_id``) is a new user input
-(``user_turn()``). A correction goes back as a ``ModelRetry`` prompt while the tool has
-retries left, else as ``ToolFailed`` (the same text, no retry consumed), so a correction
-never exhausts a tool's retries and crashes the run. A stop raises ``HeadwayStop``, an
-``AgentRunError`` that is also a ``headway.Stop``.
+(``user_turn()``), and each model response is a model turn (``record_turn`` with its
+tokens: turn and token budgets). A correction goes back as a ``ModelRetry`` prompt while
+the tool has retries left, else as ``ToolFailed`` (the same text, no retry consumed), so a
+correction never exhausts a tool's retries and crashes the run. A stop raises
+``HeadwayStop``, an ``AgentRunError`` that is also a ``headway.Stop``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +20,7 @@ from .._recent import Recent
 from .._session import Governor, Session
 from ..errors import BudgetExceeded, LoopDetected, Stop
 from ..outcome import Status
-from ._common import declare, require, step_of
+from ._common import declare, require, step_of, writes
 
 require("pydantic_ai", "pydantic-ai")
 
@@ -27,12 +29,15 @@ from pydantic_ai.capabilities import AbstractCapability  # noqa: E402
 from pydantic_ai.capabilities.abstract import WrapToolExecuteHandler  # noqa: E402
 from pydantic_ai.exceptions import (  # noqa: E402
     AgentRunError,
+    ApprovalRequired,
+    CallDeferred,
     ModelRetry,
     ToolFailed,
     ToolFailedError,
     ToolRetryError,
 )
-from pydantic_ai.messages import ToolCallPart  # noqa: E402
+from pydantic_ai.messages import ModelResponse, ToolCallPart  # noqa: E402
+from pydantic_ai.models import ModelRequestContext  # noqa: E402
 from pydantic_ai.tools import ToolDefinition  # noqa: E402
 
 __all__ = ["BudgetStopped", "HeadwayCapability", "HeadwayStop", "LoopStopped"]
@@ -53,13 +58,26 @@ class BudgetStopped(HeadwayStop, BudgetExceeded):
 _ERROR = "Error: "
 # How a Pydantic AI tool answers a failure: a retry prompt or a failed result for the model.
 _TOOL_ERRORS = (ModelRetry, ToolFailed, ToolRetryError, ToolFailedError)
+# How a tool defers its call (to an approval, to another process): control flow, kept.
+_DEFERRALS = (ApprovalRequired, CallDeferred)
+
+
+def _native(stop: Stop) -> HeadwayStop:
+    cls = BudgetStopped if isinstance(stop, BudgetExceeded) else LoopStopped
+    return cls(stop.diagnostic)
 
 
 @dataclass
 class HeadwayCapability(AbstractCapability[Any]):
-    """Governs every tool call of the agent it is given to."""
+    """Governs every tool call of the agent it is given to.
+
+    ``idempotency_key(ctx, args)`` may give a write an explicit key (from ``ctx.deps``,
+    ``ctx.metadata`` or the arguments); None keeps the default, the conversation and the
+    tool call id.
+    """
 
     gov: Governor
+    idempotency_key: Callable[[RunContext[Any], Mapping[str, Any]], str | None] | None = None
     _runs: Recent[tuple[str | None, Session]] = field(
         default_factory=Recent, init=False, repr=False
     )
@@ -73,6 +91,31 @@ class HeadwayCapability(AbstractCapability[Any]):
         session.user_turn()
         self._runs.put(sid, (ctx.run_id, session))
         return session
+
+    async def before_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        session = self._session(ctx)
+        if session.stopped:  # stopped by an earlier run of the conversation: ask no model
+            try:
+                session.record_turn()  # raises the session's stop
+            except Stop as stop:
+                raise _native(stop) from stop
+        return request_context
+
+    async def after_model_request(
+        self,
+        ctx: RunContext[Any],
+        *,
+        request_context: ModelRequestContext,
+        response: ModelResponse,
+    ) -> ModelResponse:
+        """Each model response is a model turn (turn and token budgets)."""
+        try:
+            self._session(ctx).record_turn(tokens=response.usage.total_tokens)
+        except Stop as stop:
+            raise _native(stop) from stop
+        return response
 
     async def wrap_tool_execute(
         self,
@@ -88,6 +131,7 @@ class HeadwayCapability(AbstractCapability[Any]):
             self.gov, name, (tool_def.metadata or {}).get("annotations")
         )
         failures: list[Exception] = []
+        deferred: list[Exception] = []
 
         async def run(**kwargs: Any) -> Any:
             try:
@@ -95,17 +139,24 @@ class HeadwayCapability(AbstractCapability[Any]):
             except _TOOL_ERRORS as exc:  # the tool's own error message to the model
                 failures.append(exc)
                 return _ERROR + str(exc)
+            except _DEFERRALS as exc:  # not a failure: the run ends with deferred calls
+                deferred.append(exc)
+                raise
 
+        call_id = call.tool_call_id
+        keys: dict[str, Any] = {"call_id": call_id, "step_id": step_of(call_id, spec)}
+        if self.idempotency_key is not None and writes(spec):
+            key = self.idempotency_key(ctx, args)
+            if key is not None:
+                keys = {"call_id": call_id, "idempotency_key": key}
         try:
-            call_id = call.tool_call_id
-            out = await self._session(ctx).acall(
-                name, args, run=run, step_id=step_of(call_id, spec), call_id=call_id
-            )
+            out = await self._session(ctx).acall(name, args, run=run, **keys)
         except Stop as stop:
-            cls = BudgetStopped if isinstance(stop, BudgetExceeded) else LoopStopped
-            raise cls(stop.diagnostic) from stop
+            raise _native(stop) from stop
         if out.status is Status.EXECUTED and out.correction is None:
             return out.value
+        if out.status is Status.ERROR and deferred:  # recorded as not done (a write's key
+            raise deferred[-1]  # released); Pydantic AI defers the call
         text = out.to_model()
         if out.status is Status.ERROR and failures:  # the tool's retry prompt or failure, kept
             failure = failures[-1]
