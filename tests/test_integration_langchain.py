@@ -352,6 +352,44 @@ def test_a_custom_graphs_tool_node_is_governed_and_a_stop_is_raised(mode: str) -
     assert len(runs) <= 5 and gov.session("graph-1").stopped
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_a_stop_in_a_tool_node_that_handles_tool_errors_still_ends_the_run(mode: str) -> None:
+    # handle_tool_errors=True makes every exception of a tool call wrapper an error message:
+    # the stop must get through it (as LangGraph interrupts do), not become a message the
+    # model reads while the graph goes on calling it
+    from langgraph.errors import GraphBubbleUp
+    from langgraph.prebuilt import tools_condition
+
+    gov = headway.Governor(no_progress_limit=3)
+    runs: list[int] = []
+    asked: list[int] = []
+
+    def turns() -> Iterator[AIMessage]:
+        for n in range(1, 20):
+            asked.append(n)
+            yield AIMessage("", tool_calls=[{"name": "search", "args": {"page": n}, "id": f"q{n}"}])
+        yield AIMessage("gave up")
+
+    model = ScriptedModel(messages=turns())
+
+    def call_model(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [model.invoke(state["messages"])]}
+
+    node = governed_tool_node(gov, [same_page_tool(gov, runs)], handle_tool_errors=True)
+    graph = StateGraph(MessagesState)
+    graph.add_node("model", call_model)
+    graph.add_node("tools", node)
+    graph.add_edge(START, "model")
+    graph.add_conditional_edges("model", tools_condition)
+    graph.add_edge("tools", "model")
+    app = graph.compile(checkpointer=InMemorySaver())
+    with pytest.raises(headway.LoopDetected) as caught:
+        run(app, mode, config={"configurable": {"thread_id": "graph-errors"}})
+    assert caught.value.diagnostic["terminated_by"] == "no_progress"
+    assert isinstance(caught.value, GraphBubbleUp)
+    assert len(asked) == len(runs) + 1  # the model was not asked again after the stop
+
+
 def test_a_tool_node_without_a_session_says_how_to_give_one() -> None:
     gov = headway.Governor()
     node = governed_tool_node(gov, [same_page_tool(gov, [])])

@@ -7,7 +7,9 @@ middleware only) a fresh id per ``invoke()``; each model turn opens it (a sessio
 through the store is read again then), and the turn's tool calls use that handle. A stop
 ends the run: the middleware answers the next model call itself with a final AI message
 (the model is not asked) and puts the diagnostic in ``state["headway_stop"]``, or raises it
-(``on_stop="raise"``). Everything happens in ``wrap_model_call`` / ``wrap_tool_call``: no
+(``on_stop="raise"``) as ``HeadwayStop``: a ``headway.Stop`` that is also a LangGraph
+``GraphBubbleUp``, so no ToolNode ``handle_tool_errors`` or retry policy turns it into a
+message and the run goes on. Everything happens in ``wrap_model_call`` / ``wrap_tool_call``: no
 extra graph step per turn.
 """
 
@@ -33,10 +35,11 @@ from langchain.agents.middleware import (  # noqa: E402
 )
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage  # noqa: E402
 from langgraph.config import get_config  # noqa: E402
+from langgraph.errors import GraphBubbleUp  # noqa: E402
 from langgraph.prebuilt import ToolNode  # noqa: E402
 from langgraph.types import Command  # noqa: E402
 
-from ..errors import ConfigError, Stop  # noqa: E402
+from ..errors import BudgetExceeded, ConfigError, LoopDetected, Stop  # noqa: E402
 from ..outcome import CACHED, ERROR, EXECUTED, REPLAYED, Outcome  # noqa: E402
 
 if TYPE_CHECKING:
@@ -46,9 +49,36 @@ if TYPE_CHECKING:
 
     from .._session import Governor, Session
 
-__all__ = ["HeadwayMiddleware", "HeadwayState", "governed_tool_node"]
+__all__ = [
+    "BudgetStopped",
+    "HeadwayMiddleware",
+    "HeadwayState",
+    "HeadwayStop",
+    "LoopStopped",
+    "governed_tool_node",
+]
 
 _HINTS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
+
+
+class HeadwayStop(Stop, GraphBubbleUp):
+    """headway stopped the run: raised out of ``invoke()``; ``diagnostic`` says why. A
+    LangGraph ``GraphBubbleUp``, as interrupts are: never made into a tool error message."""
+
+
+class LoopStopped(HeadwayStop, LoopDetected):
+    """The run made no progress for its no-progress limit."""
+
+
+class BudgetStopped(HeadwayStop, BudgetExceeded):
+    """The run exhausted one of its budgets."""
+
+
+def _native(stop: Stop) -> HeadwayStop:
+    if isinstance(stop, HeadwayStop):
+        return stop
+    cls = BudgetStopped if isinstance(stop, BudgetExceeded) else LoopStopped
+    return cls(stop.diagnostic)
 
 
 class HeadwayState(AgentState[Any]):
@@ -152,7 +182,7 @@ class HeadwayMiddleware(AgentMiddleware[HeadwayState, Any]):
         """The run ends as LangChain's limit middleware ends one: a last AI message (with
         no tool calls) saying why, and the diagnostic in ``state["headway_stop"]``."""
         if self.on_stop == "raise":
-            raise stop
+            raise _native(stop) from None
         return ExtendedModelResponse(
             model_response=ModelResponse(result=[AIMessage(_said(stop.diagnostic))]),
             command=Command(update={**update, "headway_stop": stop.diagnostic}),
@@ -172,7 +202,7 @@ class HeadwayMiddleware(AgentMiddleware[HeadwayState, Any]):
             )
         except Stop as stop:
             if self.on_stop == "raise":
-                raise
+                raise _native(stop) from None
             return _stopped(request.tool_call, stop)
         return _answer(request, out, box)
 
@@ -195,7 +225,7 @@ class HeadwayMiddleware(AgentMiddleware[HeadwayState, Any]):
             out = await session.acall(name, args, run=run, **keys)
         except Stop as stop:
             if self.on_stop == "raise":
-                raise
+                raise _native(stop) from None
             return _stopped(request.tool_call, stop)
         return _answer(request, out, box)
 
