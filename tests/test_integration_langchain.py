@@ -216,6 +216,49 @@ def test_a_keyed_write_that_timed_out_and_is_retried_runs_once_and_is_reconciled
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_a_write_the_model_retries_under_a_new_call_id_after_a_timeout_runs_once(
+    mode: str,
+) -> None:
+    # a real model asks again with a new call id: the retry of a write whose outcome is
+    # unknown keeps the first call's key and is reconciled, not run a second time; an
+    # identical write after that is a new one and runs
+    ledger: list[int] = []
+    landed = threading.Event()
+
+    def reconcile(key: str, args: dict[str, Any]) -> str | None:
+        return f"transferred {args['cents']}" if args["cents"] in ledger else None
+
+    gov = headway.Governor()
+    gov.register("transfer", None, effect="write", timeout=0.05, reconcile=reconcile)
+
+    @tool
+    def transfer(cents: int) -> str:
+        """Transfer money."""
+        if not ledger:
+            time.sleep(0.3)  # the first attempt outlives its timeout
+        ledger.append(cents)
+        landed.set()
+        return f"transferred {cents}"
+
+    def turns() -> Iterator[AIMessage]:
+        for n in (1, 2, 3):
+            yield AIMessage(
+                "", tool_calls=[{"name": "transfer", "args": {"cents": 1250}, "id": f"t{n}"}]
+            )
+            landed.wait(5)
+        yield AIMessage("done")
+
+    agent = create_agent(
+        ScriptedModel(messages=turns()), [transfer], middleware=[HeadwayMiddleware(gov)]
+    )
+    msgs = tool_messages(run(agent, mode, config={"configurable": {"thread_id": "move-1"}}))
+    assert [r["status"] for r in gov.audit_records("move-1")] == ["unknown", "replayed", "executed"]
+    assert ledger == [1250, 1250]  # the first call and the third: the retry did not run
+    assert [m.status for m in msgs] == ["error", "success", "success"]
+    assert msgs[1].content == "transferred 1250"
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_an_explicit_key_from_the_request_replays_a_write_under_a_new_call_id(mode: str) -> None:
     gov = headway.Governor()
     sent: list[str] = []

@@ -40,7 +40,7 @@ from langgraph.prebuilt import ToolNode  # noqa: E402
 from langgraph.types import Command  # noqa: E402
 
 from ..errors import BudgetExceeded, ConfigError, LoopDetected, Stop  # noqa: E402
-from ..outcome import CACHED, ERROR, EXECUTED, REPLAYED, Outcome  # noqa: E402
+from ..outcome import CACHED, ERROR, EXECUTED, REPLAYED, UNKNOWN, Outcome  # noqa: E402
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
@@ -204,7 +204,7 @@ class HeadwayMiddleware(AgentMiddleware[HeadwayState, Any]):
             if self.on_stop == "raise":
                 raise _native(stop) from None
             return _stopped(request.tool_call, stop)
-        return _answer(request, out, box)
+        return _answer(request, out, box, keys.get("step_id"))
 
     async def awrap_tool_call(
         self,
@@ -227,20 +227,20 @@ class HeadwayMiddleware(AgentMiddleware[HeadwayState, Any]):
             if self.on_stop == "raise":
                 raise _native(stop) from None
             return _stopped(request.tool_call, stop)
-        return _answer(request, out, box)
+        return _answer(request, out, box, keys.get("step_id"))
 
     def _begin(self, request: ToolCallRequest) -> tuple[Session, str, Any, dict[str, Any]]:
         call = request.tool_call
         name = call["name"]
         spec = self.gov.spec(name) or declare(self.gov, name, _annotations(request.tool))
         keys: dict[str, Any] = {"call_id": call.get("id")}
+        state = request.state if isinstance(request.state, Mapping) else {}
         if spec.effect != "read":
             explicit = self.key_of(request) if self.key_of is not None else None
             if explicit is not None:
                 keys["idempotency_key"] = explicit
             else:
-                keys["step_id"] = step_of(call.get("id"))
-        state = request.state if isinstance(request.state, Mapping) else {}
+                keys["step_id"] = _unknown_step(state, call) or step_of(call.get("id"))
         return self._session(state, request.runtime.config), name, call["args"], keys
 
     def _session(self, state: Mapping[str, Any], config: RunnableConfig | None) -> Session:
@@ -289,9 +289,35 @@ def _content(box: list[Any], result: Any) -> Any:
     return result.content
 
 
-def _answer(request: ToolCallRequest, out: Outcome, box: list[Any]) -> ToolMessage | Command[Any]:
+def _unknown_step(state: Mapping[str, Any], call: Mapping[str, Any]) -> str | None:
+    """The step of the thread's latest identical write, when its outcome was UNKNOWN: a
+    model that asks again under a new call id retries that write, so it keeps its key and
+    is reconciled, never run a second time blindly (as an unkeyed write would be, §5.4)."""
+    messages = state.get("messages") or ()
+    for i in range(len(messages) - 1, -1, -1):
+        message = messages[i]
+        if not isinstance(message, AIMessage):
+            continue
+        for earlier in message.tool_calls:
+            if earlier["id"] == call.get("id") or earlier["name"] != call["name"]:
+                continue
+            if earlier["args"] != call["args"]:
+                continue
+            for answer in messages[i + 1 :]:
+                if isinstance(answer, ToolMessage) and answer.tool_call_id == earlier["id"]:
+                    artifact = answer.artifact
+                    if isinstance(artifact, dict) and "headway_unknown" in artifact:
+                        return str(artifact["headway_unknown"])
+            return None
+    return None
+
+
+def _answer(
+    request: ToolCallRequest, out: Outcome, box: list[Any], step: str | None = None
+) -> ToolMessage | Command[Any]:
     """The outcome as LangChain's ToolMessage; an exception of the handler is re-raised, so
-    ToolNode's ``handle_tool_errors`` decides as it would without headway."""
+    ToolNode's ``handle_tool_errors`` decides as it would without headway. An UNKNOWN
+    write's message names its step (see ``_unknown_step``)."""
     own = box[-1] if box else None
     status = out.status
     if status is ERROR and isinstance(own, Exception):
@@ -305,7 +331,11 @@ def _answer(request: ToolCallRequest, out: Outcome, box: list[Any]) -> ToolMessa
         content = out.value if out.correction is None else _with(out.value, out.correction)
         return ToolMessage(content=content, tool_call_id=call["id"], name=call["name"])
     return ToolMessage(
-        content=out.to_model(), tool_call_id=call["id"], name=call["name"], status="error"
+        content=out.to_model(),
+        tool_call_id=call["id"],
+        name=call["name"],
+        status="error",
+        artifact={"headway_unknown": step} if status is UNKNOWN and step else None,
     )
 
 
