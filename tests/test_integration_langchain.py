@@ -71,7 +71,7 @@ OVERVIEW = "ACME Corp: industrial anvils since 1949; 1,200 employees; HQ in Phoe
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("declared", ["registered", "mcp_annotations"])
+@pytest.mark.parametrize("declared", ["registered", "mcp_annotations", "mcp_adapters"])
 def test_a_deterministic_read_repeated_3_times_runs_once_then_is_corrected(
     mode: str, declared: str
 ) -> None:
@@ -86,10 +86,14 @@ def test_a_deterministic_read_repeated_3_times_runs_once_then_is_corrected(
     if declared == "registered":
         gov.register("overview", None, effect="read", deterministic=True)
         lc_tool = StructuredTool.from_function(overview)
-    else:  # as langchain-mcp-adapters carry a server's annotations: in the tool's metadata
+    elif declared == "mcp_annotations":  # a server's annotations in the tool's metadata
         lc_tool = StructuredTool.from_function(
             overview, metadata={"readOnlyHint": True, "openWorldHint": False, "title": "x"}
         )
+    else:  # as langchain-mcp-adapters put them there: the installed mcp's model_dump()
+        mcp_types = pytest.importorskip("mcp.types")
+        hints = mcp_types.ToolAnnotations(readOnlyHint=True, openWorldHint=False).model_dump()
+        lc_tool = StructuredTool.from_function(overview, metadata=hints)
     model = ScriptedModel(messages=calls(*[("overview", {"company": "acme"})] * 3))
     agent = create_agent(model, [lc_tool], middleware=[HeadwayMiddleware(gov)])
     msgs = tool_messages(run(agent, mode))

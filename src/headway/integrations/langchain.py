@@ -58,7 +58,18 @@ __all__ = [
     "governed_tool_node",
 ]
 
-_HINTS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
+# MCP tool annotations: camelCase as the protocol spells them, snake_case as mcp 2.x's
+# ToolAnnotations fields are named (langchain-mcp-adapters copies its model_dump())
+_HINTS = (
+    "readOnlyHint",
+    "destructiveHint",
+    "idempotentHint",
+    "openWorldHint",
+    "read_only_hint",
+    "destructive_hint",
+    "idempotent_hint",
+    "open_world_hint",
+)
 
 
 class HeadwayStop(Stop, GraphBubbleUp):
@@ -367,7 +378,8 @@ def _thread_of(config: Mapping[str, Any] | None) -> str | None:
 
 
 def _annotations(tool: BaseTool | None) -> dict[str, Any] | None:
-    """MCP annotations as langchain-mcp-adapters leave them: in the tool's metadata."""
+    """MCP annotations as langchain-mcp-adapters leave them: in the tool's metadata, with
+    the field names of the installed mcp's ``ToolAnnotations``."""
     meta = getattr(tool, "metadata", None) or {}
     hints = {k: meta[k] for k in _HINTS if meta.get(k) is not None}
     return hints or None
