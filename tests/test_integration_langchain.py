@@ -535,6 +535,31 @@ def test_an_interrupt_inside_a_tool_passes_through_and_the_resumed_call_runs_onc
     assert tool_messages(done)[-1].content == "refunded 30"
 
 
+def test_a_registration_after_the_agent_ran_replaces_the_spec_headway_implied() -> None:
+    # the first run declared the unknown tool with the safe default (a write); the
+    # operator's registration made afterwards wins, without replace=True
+    gov = headway.Governor()
+    runs: list[str] = []
+
+    @tool
+    def rates(currency: str) -> str:
+        """Exchange rates."""
+        runs.append(currency)
+        return "EUR/USD 1.08"
+
+    def agent() -> Any:
+        model = ScriptedModel(messages=calls(*[("rates", {"currency": "EUR"})] * 2))
+        return create_agent(model, [rates], middleware=[HeadwayMiddleware(gov)])
+
+    run(agent(), "sync")
+    assert len(runs) == 2  # an undeclared tool: never served from a cache
+    gov.register("rates", None, effect="read", deterministic=True)
+    run(agent(), "sync")
+    assert len(runs) == 3  # now a deterministic read: once per session
+    with pytest.raises(headway.ConfigError, match="replace=True"):
+        gov.register("rates", None, effect="write")  # a declaration is not replaced silently
+
+
 def test_an_explicit_registration_wins_over_the_tools_mcp_annotations() -> None:
     gov = headway.Governor()
     gov.register("lookup", None, effect="write")  # the operator knows better than the server

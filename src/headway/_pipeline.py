@@ -67,7 +67,7 @@ def begin(
     canon = canonical_json(args)
     spec = gov._specs.get(name)  # not gov.spec(): one frame less on every call
     if spec is None and run is not None:
-        spec = gov.register(name, None)  # a tool the framework runs, undeclared: a write
+        spec = gov._imply(name)  # a tool the framework runs, undeclared: a write
     c = _new_call(gov, spec, name, args, canon, now)
     if agent is not None:
         if not isinstance(agent, str) or not agent:

@@ -153,6 +153,7 @@ class Governor:
         self.default_budgets: Budgets | None = None
         self.breaker_lock = threading.Lock()
         self._specs: dict[str, ToolSpec] = {}
+        self._implied: set[str] = set()  # specs no one declared (``_imply``)
         self._session_cache = False  # any tool caching per session (writes must invalidate)
         self._sessions: dict[str, SessionState] = {}
         self._sessions_lock = threading.Lock()
@@ -212,14 +213,23 @@ class Governor:
             merged = {**hinted, **operator}
         spec = make_spec(name, fn, **merged)
         old = self._specs.get(name)
-        if old is not None and old != spec and not replace:
+        if old is not None and old != spec and not replace and name not in self._implied:
             raise ConfigError(
                 f"tool {name!r} is already registered; pass replace=True to replace it"
             )
+        self._implied.discard(name)
         self._specs[name] = spec
         self._session_cache = any(
             s.cacheable() and s.scope == "session" for s in self._specs.values()
         )
+        return spec
+
+    def _imply(self, name: str, annotations: Mapping[str, Any] | None = None) -> ToolSpec:
+        """The spec of a tool something else runs that no one declared: from its MCP
+        annotations, else the safe default (an unkeyed write). A later ``register`` of the
+        name replaces it without ``replace=True``: the declaration wins whenever it comes."""
+        spec = self.register(name, None, annotations=dict(annotations or {}))
+        self._implied.add(name)
         return spec
 
     @overload

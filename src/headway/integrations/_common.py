@@ -26,10 +26,11 @@ def require(module: str, extra: str) -> ModuleType:
 def declare(gov: Governor, name: str, annotations: Mapping[str, Any] | None = None) -> ToolSpec:
     """The spec of a tool the framework runs: the one registered (the operator's choice),
     else one from the MCP annotations the framework carries, else the safe default (an
-    unkeyed write: never cached, judged by its repeats)."""
+    unkeyed write: never cached, judged by its repeats). A registration made later
+    replaces it."""
     spec = gov.spec(name)
     if spec is None:
-        spec = gov.register(name, None, annotations=dict(annotations or {}))
+        spec = gov._imply(name, annotations)
     return spec
 
 
