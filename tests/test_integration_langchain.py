@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import io
 import itertools
 import re
@@ -281,6 +282,65 @@ def test_an_explicit_key_from_the_request_replays_a_write_under_a_new_call_id(mo
     msgs = tool_messages(run(agent, mode))
     assert sent == ["o-9"]
     assert [m.content for m in msgs] == ["invoice for o-9 sent"] * 2
+
+
+@dataclasses.dataclass
+class PaymentContext:
+    payment_key: str
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_explicit_key_from_the_run_context_keeps_a_timed_out_write_to_one_effect(
+    mode: str,
+) -> None:
+    # the caller's key comes with invoke(context=...): the model's retry under a new call id
+    # uses it too, so the write that timed out is reconciled, not run again
+    ledger: list[int] = []
+    landed = threading.Event()
+    asked: list[str] = []
+
+    def reconcile(key: str, args: dict[str, Any]) -> str | None:
+        asked.append(key)
+        return f"paid {args['amount']}" if ledger else None
+
+    gov = headway.Governor()
+    gov.register("pay", None, effect="write", timeout=0.05, reconcile=reconcile)
+
+    @tool
+    def pay(amount: int) -> str:
+        """Pay the supplier."""
+        time.sleep(0.3)  # slower than the timeout
+        ledger.append(amount)
+        landed.set()
+        return f"paid {amount}"
+
+    def turns() -> Iterator[AIMessage]:
+        yield AIMessage("", tool_calls=[{"name": "pay", "args": {"amount": 40}, "id": "first"}])
+        landed.wait(5)
+        yield AIMessage("", tool_calls=[{"name": "pay", "args": {"amount": 40}, "id": "again"}])
+        yield AIMessage("done")
+
+    middleware = HeadwayMiddleware(
+        gov, idempotency_key=lambda request: request.runtime.context.payment_key
+    )
+    agent: Any = create_agent(
+        ScriptedModel(messages=turns()),
+        [pay],
+        middleware=[middleware],
+        context_schema=PaymentContext,
+    )
+    payload = {"messages": [("user", "pay the supplier")]}
+    config: Any = {"configurable": {"thread_id": "supplier-1"}}
+    context = PaymentContext("invoice-2291")
+    if mode == "sync":
+        result = agent.invoke(payload, config, context=context)
+    else:
+        result = asyncio.run(agent.ainvoke(payload, config, context=context))
+    assert ledger == [40]
+    assert [r["status"] for r in gov.audit_records("supplier-1")] == ["unknown", "replayed"]
+    assert [r["idempotency_key"] for r in gov.audit_records("supplier-1")] == ["invoice-2291"] * 2
+    assert tool_messages(result)[-1].content == "paid 40"
+    assert asked in ([], ["invoice-2291"])  # the late result, or the remote asked by that key
 
 
 @pytest.mark.parametrize("mode", MODES)
