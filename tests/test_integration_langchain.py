@@ -415,6 +415,38 @@ def test_the_session_is_the_thread_and_a_new_human_message_is_a_new_user_turn(mo
     assert [r["status"] for r in gov.audit_records("chat-7")] == ["executed"] + ["cached"] * 3
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_a_model_that_reuses_call_ids_for_other_writes_gets_each_write_run(mode: str) -> None:
+    # call ids that restart with each run of a thread (or each response): the same id
+    # with other arguments is another write, not a reuse of its key (KeyReuseError);
+    # the same id with the same arguments is still the same call, replayed
+    gov = headway.Governor()
+    booked: list[str] = []
+
+    @tool
+    def book_room(room: str) -> str:
+        """Book a meeting room (undeclared: a write)."""
+        booked.append(room)
+        return f"booked {room}"
+
+    script = itertools.chain(
+        calls(("book_room", {"room": "Ada"})),
+        calls(("book_room", {"room": "Turing"})),  # its call id is c1 again
+        calls(("book_room", {"room": "Turing"})),  # c1 with the same arguments: replayed
+    )
+    agent = create_agent(
+        ScriptedModel(messages=script),
+        [book_room],
+        middleware=[HeadwayMiddleware(gov)],
+        checkpointer=InMemorySaver(),
+    )
+    config = {"configurable": {"thread_id": "rooms"}}
+    replies = [tool_messages(run(agent, mode, text, config))[-1] for text in ("a", "b", "c")]
+    assert booked == ["Ada", "Turing"]
+    assert [m.content for m in replies] == ["booked Ada", "booked Turing", "booked Turing"]
+    assert [r["status"] for r in gov.audit_records("rooms")] == ["executed", "executed", "replayed"]
+
+
 def test_without_a_thread_id_each_invoke_is_its_own_session_named_in_the_state() -> None:
     gov = headway.Governor()
 

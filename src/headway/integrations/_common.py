@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from .._canonical import canonical_json, digest
+
 if TYPE_CHECKING:
     from .._session import Governor
     from .._spec import ToolSpec
@@ -34,10 +36,18 @@ def declare(gov: Governor, name: str, annotations: Mapping[str, Any] | None = No
     return spec
 
 
-def step_of(call_id: str | None, spec: ToolSpec | None = None) -> str | None:
+def step_of(
+    call_id: str | None, spec: ToolSpec | None = None, args: Mapping[str, Any] | None = None
+) -> str | None:
     """The idempotency step of a framework's tool call: a write retried by the framework
     under the same call id keeps its key (scoped to the run by ``gov.session(run_id)``).
-    None for a declared read: a read has no key (one given is flagged in its audit)."""
+    None for a declared read: a read has no key (one given is flagged in its audit).
+
+    With ``args``, the step also names the call's arguments: a model that gives another
+    call the same id (ids that restart with each response or each run) makes a new step,
+    not a reuse of the key with other arguments (``KeyReuseError``)."""
     if not call_id or (spec is not None and spec.effect == "read"):
         return None
-    return f"call:{call_id}"
+    if args is None:
+        return f"call:{call_id}"
+    return f"call:{call_id}:{digest(canonical_json(args))}"

@@ -251,7 +251,9 @@ class HeadwayMiddleware(AgentMiddleware[HeadwayState, Any]):
             if explicit is not None:
                 keys["idempotency_key"] = explicit
             else:
-                keys["step_id"] = _unknown_step(state, call) or step_of(call.get("id"))
+                keys["step_id"] = _unknown_step(state, call) or step_of(
+                    call.get("id"), args=call["args"]
+                )
         return self._session(state, request.runtime.config), name, call["args"], keys
 
     def _session(self, state: Mapping[str, Any], config: RunnableConfig | None) -> Session:
