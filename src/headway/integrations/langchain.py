@@ -9,8 +9,8 @@ ends the run: the middleware answers the next model call itself with a final AI 
 (the model is not asked) and puts the diagnostic in ``state["headway_stop"]``, or raises it
 (``on_stop="raise"``) as ``HeadwayStop``: a ``headway.Stop`` that is also a LangGraph
 ``GraphBubbleUp``, so no ToolNode ``handle_tool_errors`` or retry policy turns it into a
-message and the run goes on. Everything happens in ``wrap_model_call`` / ``wrap_tool_call``: no
-extra graph step per turn.
+message while the run goes on. Everything happens in ``wrap_model_call`` /
+``wrap_tool_call``: no extra graph step per turn.
 """
 
 from __future__ import annotations
