@@ -228,19 +228,19 @@ def test_a_write_the_model_retries_under_a_new_call_id_after_a_timeout_runs_once
     # unknown keeps the first call's key and is reconciled, not run a second time; an
     # identical write after that is a new one and runs
     ledger: list[int] = []
-    landed = threading.Event()
+    release, landed = threading.Event(), threading.Event()
 
     def reconcile(key: str, args: dict[str, Any]) -> str | None:
         return f"transferred {args['cents']}" if args["cents"] in ledger else None
 
     gov = headway.Governor()
-    gov.register("transfer", None, effect="write", timeout=0.05, reconcile=reconcile)
+    gov.register("transfer", None, effect="write", timeout=0.5, reconcile=reconcile)
 
     @tool
     def transfer(cents: int) -> str:
         """Transfer money."""
         if not ledger:
-            time.sleep(0.3)  # the first attempt outlives its timeout
+            release.wait(10)  # the first attempt hangs until after its timeout
         ledger.append(cents)
         landed.set()
         return f"transferred {cents}"
@@ -250,7 +250,8 @@ def test_a_write_the_model_retries_under_a_new_call_id_after_a_timeout_runs_once
             yield AIMessage(
                 "", tool_calls=[{"name": "transfer", "args": {"cents": 1250}, "id": f"t{n}"}]
             )
-            landed.wait(5)
+            release.set()  # the model answers after the first attempt timed out
+            landed.wait(10)
         yield AIMessage("done")
 
     agent = create_agent(
