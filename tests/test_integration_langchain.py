@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import io
 import itertools
 import re
@@ -71,7 +72,7 @@ OVERVIEW = "ACME Corp: industrial anvils since 1949; 1,200 employees; HQ in Phoe
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("declared", ["registered", "mcp_annotations"])
+@pytest.mark.parametrize("declared", ["registered", "mcp_annotations", "mcp_adapters"])
 def test_a_deterministic_read_repeated_3_times_runs_once_then_is_corrected(
     mode: str, declared: str
 ) -> None:
@@ -86,10 +87,14 @@ def test_a_deterministic_read_repeated_3_times_runs_once_then_is_corrected(
     if declared == "registered":
         gov.register("overview", None, effect="read", deterministic=True)
         lc_tool = StructuredTool.from_function(overview)
-    else:  # as langchain-mcp-adapters carry a server's annotations: in the tool's metadata
+    elif declared == "mcp_annotations":  # a server's annotations in the tool's metadata
         lc_tool = StructuredTool.from_function(
             overview, metadata={"readOnlyHint": True, "openWorldHint": False, "title": "x"}
         )
+    else:  # as langchain-mcp-adapters put them there: the installed mcp's model_dump()
+        mcp_types = pytest.importorskip("mcp.types")
+        hints = mcp_types.ToolAnnotations(readOnlyHint=True, openWorldHint=False).model_dump()
+        lc_tool = StructuredTool.from_function(overview, metadata=hints)
     model = ScriptedModel(messages=calls(*[("overview", {"company": "acme"})] * 3))
     agent = create_agent(model, [lc_tool], middleware=[HeadwayMiddleware(gov)])
     msgs = tool_messages(run(agent, mode))
@@ -216,6 +221,50 @@ def test_a_keyed_write_that_timed_out_and_is_retried_runs_once_and_is_reconciled
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_a_write_the_model_retries_under_a_new_call_id_after_a_timeout_runs_once(
+    mode: str,
+) -> None:
+    # a real model asks again with a new call id: the retry of a write whose outcome is
+    # unknown keeps the first call's key and is reconciled, not run a second time; an
+    # identical write after that is a new one and runs
+    ledger: list[int] = []
+    release, landed = threading.Event(), threading.Event()
+
+    def reconcile(key: str, args: dict[str, Any]) -> str | None:
+        return f"transferred {args['cents']}" if args["cents"] in ledger else None
+
+    gov = headway.Governor()
+    gov.register("transfer", None, effect="write", timeout=0.5, reconcile=reconcile)
+
+    @tool
+    def transfer(cents: int) -> str:
+        """Transfer money."""
+        if not ledger:
+            release.wait(10)  # the first attempt hangs until after its timeout
+        ledger.append(cents)
+        landed.set()
+        return f"transferred {cents}"
+
+    def turns() -> Iterator[AIMessage]:
+        for n in (1, 2, 3):
+            yield AIMessage(
+                "", tool_calls=[{"name": "transfer", "args": {"cents": 1250}, "id": f"t{n}"}]
+            )
+            release.set()  # the model answers after the first attempt timed out
+            landed.wait(10)
+        yield AIMessage("done")
+
+    agent = create_agent(
+        ScriptedModel(messages=turns()), [transfer], middleware=[HeadwayMiddleware(gov)]
+    )
+    msgs = tool_messages(run(agent, mode, config={"configurable": {"thread_id": "move-1"}}))
+    assert [r["status"] for r in gov.audit_records("move-1")] == ["unknown", "replayed", "executed"]
+    assert ledger == [1250, 1250]  # the first call and the third: the retry did not run
+    assert [m.status for m in msgs] == ["error", "success", "success"]
+    assert msgs[1].content == "transferred 1250"
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_an_explicit_key_from_the_request_replays_a_write_under_a_new_call_id(mode: str) -> None:
     gov = headway.Governor()
     sent: list[str] = []
@@ -234,6 +283,65 @@ def test_an_explicit_key_from_the_request_replays_a_write_under_a_new_call_id(mo
     msgs = tool_messages(run(agent, mode))
     assert sent == ["o-9"]
     assert [m.content for m in msgs] == ["invoice for o-9 sent"] * 2
+
+
+@dataclasses.dataclass
+class PaymentContext:
+    payment_key: str
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_explicit_key_from_the_run_context_keeps_a_timed_out_write_to_one_effect(
+    mode: str,
+) -> None:
+    # the caller's key comes with invoke(context=...): the model's retry under a new call id
+    # uses it too, so the write that timed out is reconciled, not run again
+    ledger: list[int] = []
+    landed = threading.Event()
+    asked: list[str] = []
+
+    def reconcile(key: str, args: dict[str, Any]) -> str | None:
+        asked.append(key)
+        return f"paid {args['amount']}" if ledger else None
+
+    gov = headway.Governor()
+    gov.register("pay", None, effect="write", timeout=0.05, reconcile=reconcile)
+
+    @tool
+    def pay(amount: int) -> str:
+        """Pay the supplier."""
+        time.sleep(0.3)  # slower than the timeout
+        ledger.append(amount)
+        landed.set()
+        return f"paid {amount}"
+
+    def turns() -> Iterator[AIMessage]:
+        yield AIMessage("", tool_calls=[{"name": "pay", "args": {"amount": 40}, "id": "first"}])
+        landed.wait(5)
+        yield AIMessage("", tool_calls=[{"name": "pay", "args": {"amount": 40}, "id": "again"}])
+        yield AIMessage("done")
+
+    middleware = HeadwayMiddleware(
+        gov, idempotency_key=lambda request: request.runtime.context.payment_key
+    )
+    agent: Any = create_agent(
+        ScriptedModel(messages=turns()),
+        [pay],
+        middleware=[middleware],
+        context_schema=PaymentContext,
+    )
+    payload = {"messages": [("user", "pay the supplier")]}
+    config: Any = {"configurable": {"thread_id": "supplier-1"}}
+    context = PaymentContext("invoice-2291")
+    if mode == "sync":
+        result = agent.invoke(payload, config, context=context)
+    else:
+        result = asyncio.run(agent.ainvoke(payload, config, context=context))
+    assert ledger == [40]
+    assert [r["status"] for r in gov.audit_records("supplier-1")] == ["unknown", "replayed"]
+    assert [r["idempotency_key"] for r in gov.audit_records("supplier-1")] == ["invoice-2291"] * 2
+    assert tool_messages(result)[-1].content == "paid 40"
+    assert asked in ([], ["invoice-2291"])  # the late result, or the remote asked by that key
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -308,6 +416,38 @@ def test_the_session_is_the_thread_and_a_new_human_message_is_a_new_user_turn(mo
     assert [r["status"] for r in gov.audit_records("chat-7")] == ["executed"] + ["cached"] * 3
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_a_model_that_reuses_call_ids_for_other_writes_gets_each_write_run(mode: str) -> None:
+    # call ids that restart with each run of a thread (or each response): the same id
+    # with other arguments is another write, not a reuse of its key (KeyReuseError);
+    # the same id with the same arguments is still the same call, replayed
+    gov = headway.Governor()
+    booked: list[str] = []
+
+    @tool
+    def book_room(room: str) -> str:
+        """Book a meeting room (undeclared: a write)."""
+        booked.append(room)
+        return f"booked {room}"
+
+    script = itertools.chain(
+        calls(("book_room", {"room": "Ada"})),
+        calls(("book_room", {"room": "Turing"})),  # its call id is c1 again
+        calls(("book_room", {"room": "Turing"})),  # c1 with the same arguments: replayed
+    )
+    agent = create_agent(
+        ScriptedModel(messages=script),
+        [book_room],
+        middleware=[HeadwayMiddleware(gov)],
+        checkpointer=InMemorySaver(),
+    )
+    config = {"configurable": {"thread_id": "rooms"}}
+    replies = [tool_messages(run(agent, mode, text, config))[-1] for text in ("a", "b", "c")]
+    assert booked == ["Ada", "Turing"]
+    assert [m.content for m in replies] == ["booked Ada", "booked Turing", "booked Turing"]
+    assert [r["status"] for r in gov.audit_records("rooms")] == ["executed", "executed", "replayed"]
+
+
 def test_without_a_thread_id_each_invoke_is_its_own_session_named_in_the_state() -> None:
     gov = headway.Governor()
 
@@ -350,6 +490,44 @@ def test_a_custom_graphs_tool_node_is_governed_and_a_stop_is_raised(mode: str) -
     with pytest.raises(headway.LoopDetected):
         run(app, mode, config=config)
     assert len(runs) <= 5 and gov.session("graph-1").stopped
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_stop_in_a_tool_node_that_handles_tool_errors_still_ends_the_run(mode: str) -> None:
+    # handle_tool_errors=True makes every exception of a tool call wrapper an error message:
+    # the stop must get through it (as LangGraph interrupts do), not become a message the
+    # model reads while the graph goes on calling it
+    from langgraph.errors import GraphBubbleUp
+    from langgraph.prebuilt import tools_condition
+
+    gov = headway.Governor(no_progress_limit=3)
+    runs: list[int] = []
+    asked: list[int] = []
+
+    def turns() -> Iterator[AIMessage]:
+        for n in range(1, 20):
+            asked.append(n)
+            yield AIMessage("", tool_calls=[{"name": "search", "args": {"page": n}, "id": f"q{n}"}])
+        yield AIMessage("gave up")
+
+    model = ScriptedModel(messages=turns())
+
+    def call_model(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [model.invoke(state["messages"])]}
+
+    node = governed_tool_node(gov, [same_page_tool(gov, runs)], handle_tool_errors=True)
+    graph = StateGraph(MessagesState)
+    graph.add_node("model", call_model)
+    graph.add_node("tools", node)
+    graph.add_edge(START, "model")
+    graph.add_conditional_edges("model", tools_condition)
+    graph.add_edge("tools", "model")
+    app = graph.compile(checkpointer=InMemorySaver())
+    with pytest.raises(headway.LoopDetected) as caught:
+        run(app, mode, config={"configurable": {"thread_id": "graph-errors"}})
+    assert caught.value.diagnostic["terminated_by"] == "no_progress"
+    assert isinstance(caught.value, GraphBubbleUp)
+    assert len(asked) == len(runs) + 1  # the model was not asked again after the stop
 
 
 def test_a_tool_node_without_a_session_says_how_to_give_one() -> None:
@@ -448,6 +626,31 @@ def test_an_interrupt_inside_a_tool_passes_through_and_the_resumed_call_runs_onc
         done = asyncio.run(graph.ainvoke(resume, config))
     assert refunds == [30]
     assert tool_messages(done)[-1].content == "refunded 30"
+
+
+def test_a_registration_after_the_agent_ran_replaces_the_spec_headway_implied() -> None:
+    # the first run declared the unknown tool with the safe default (a write); the
+    # operator's registration made afterwards wins, without replace=True
+    gov = headway.Governor()
+    runs: list[str] = []
+
+    @tool
+    def rates(currency: str) -> str:
+        """Exchange rates."""
+        runs.append(currency)
+        return "EUR/USD 1.08"
+
+    def agent() -> Any:
+        model = ScriptedModel(messages=calls(*[("rates", {"currency": "EUR"})] * 2))
+        return create_agent(model, [rates], middleware=[HeadwayMiddleware(gov)])
+
+    run(agent(), "sync")
+    assert len(runs) == 2  # an undeclared tool: never served from a cache
+    gov.register("rates", None, effect="read", deterministic=True)
+    run(agent(), "sync")
+    assert len(runs) == 3  # now a deterministic read: once per session
+    with pytest.raises(headway.ConfigError, match="replace=True"):
+        gov.register("rates", None, effect="write")  # a declaration is not replaced silently
 
 
 def test_an_explicit_registration_wins_over_the_tools_mcp_annotations() -> None:

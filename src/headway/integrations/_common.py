@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from .._canonical import canonical_json, digest
+
 if TYPE_CHECKING:
     from .._session import Governor
     from .._spec import ToolSpec
@@ -31,13 +33,17 @@ def declare(gov: Governor, name: str, annotations: Mapping[str, Any] | None = No
     return gov._declare(name, annotations)
 
 
-def step_of(call_id: str | None, spec: ToolSpec | None = None) -> str | None:
+def step_of(call_id: str | None, spec: ToolSpec | None, args: Mapping[str, Any]) -> str | None:
     """The idempotency step of a framework's tool call: a write retried by the framework
     under the same call id keeps its key (scoped to the run by ``gov.session(run_id)``).
-    None for a declared read: a read has no key (one given is flagged in its audit)."""
+    None for a declared read: a read has no key (one given is flagged in its audit).
+
+    The step also names the call's arguments: a model that gives another call the same id
+    (ids that restart with each response or each run) makes a new step, not a reuse of the
+    key with other arguments (``KeyReuseError``)."""
     if not call_id or not writes(spec):
         return None
-    return f"call:{call_id}"
+    return f"call:{call_id}:{digest(canonical_json(args))}"
 
 
 def writes(spec: ToolSpec | None) -> bool:

@@ -63,7 +63,7 @@ class _Governs:
     ) -> Outcome | str:
         spec = self.governor.spec(name)  # an undeclared tool is declared by its first call
         session_id, agent = _where(self.session_id)
-        step = step_of(call_id, spec)
+        step = step_of(call_id, spec, args)
         try:
             return await self.governor.session(session_id).acall(
                 name, dict(args), run=run, agent=agent, step_id=step, call_id=call_id

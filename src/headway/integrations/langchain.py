@@ -7,8 +7,10 @@ middleware only) a fresh id per ``invoke()``; each model turn opens it (a sessio
 through the store is read again then), and the turn's tool calls use that handle. A stop
 ends the run: the middleware answers the next model call itself with a final AI message
 (the model is not asked) and puts the diagnostic in ``state["headway_stop"]``, or raises it
-(``on_stop="raise"``). Everything happens in ``wrap_model_call`` / ``wrap_tool_call``: no
-extra graph step per turn.
+(``on_stop="raise"``) as ``HeadwayStop``: a ``headway.Stop`` that is also a LangGraph
+``GraphBubbleUp``, so no ToolNode ``handle_tool_errors`` or retry policy turns it into a
+message while the run goes on. Everything happens in ``wrap_model_call`` /
+``wrap_tool_call``: no extra graph step per turn.
 """
 
 from __future__ import annotations
@@ -33,10 +35,11 @@ from langchain.agents.middleware import (  # noqa: E402
 )
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage  # noqa: E402
 from langgraph.config import get_config  # noqa: E402
+from langgraph.errors import GraphBubbleUp  # noqa: E402
 from langgraph.prebuilt import ToolNode  # noqa: E402
 from langgraph.types import Command  # noqa: E402
 
-from ..errors import ConfigError, Stop  # noqa: E402
+from ..errors import BudgetExceeded, ConfigError, LoopDetected, Stop  # noqa: E402
 from ..outcome import CACHED, ERROR, EXECUTED, REPLAYED, Outcome  # noqa: E402
 
 if TYPE_CHECKING:
@@ -46,9 +49,47 @@ if TYPE_CHECKING:
 
     from .._session import Governor, Session
 
-__all__ = ["HeadwayMiddleware", "HeadwayState", "governed_tool_node"]
+__all__ = [
+    "BudgetStopped",
+    "HeadwayMiddleware",
+    "HeadwayState",
+    "HeadwayStop",
+    "LoopStopped",
+    "governed_tool_node",
+]
 
-_HINTS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
+# MCP tool annotations: camelCase as the protocol spells them, snake_case as mcp 2.x's
+# ToolAnnotations fields are named (langchain-mcp-adapters copies its model_dump())
+_HINTS = (
+    "readOnlyHint",
+    "destructiveHint",
+    "idempotentHint",
+    "openWorldHint",
+    "read_only_hint",
+    "destructive_hint",
+    "idempotent_hint",
+    "open_world_hint",
+)
+
+
+class HeadwayStop(Stop, GraphBubbleUp):
+    """headway stopped the run: raised out of ``invoke()``; ``diagnostic`` says why. A
+    LangGraph ``GraphBubbleUp``, as interrupts are: never made into a tool error message."""
+
+
+class LoopStopped(HeadwayStop, LoopDetected):
+    """The run made no progress for its no-progress limit."""
+
+
+class BudgetStopped(HeadwayStop, BudgetExceeded):
+    """The run exhausted one of its budgets."""
+
+
+def _native(stop: Stop) -> HeadwayStop:
+    if isinstance(stop, HeadwayStop):
+        return stop
+    cls = BudgetStopped if isinstance(stop, BudgetExceeded) else LoopStopped
+    return cls(stop.diagnostic)
 
 
 class HeadwayState(AgentState[Any]):
@@ -152,7 +193,7 @@ class HeadwayMiddleware(AgentMiddleware[HeadwayState, Any]):
         """The run ends as LangChain's limit middleware ends one: a last AI message (with
         no tool calls) saying why, and the diagnostic in ``state["headway_stop"]``."""
         if self.on_stop == "raise":
-            raise stop
+            raise _native(stop) from None
         return ExtendedModelResponse(
             model_response=ModelResponse(result=[AIMessage(_said(stop.diagnostic))]),
             command=Command(update={**update, "headway_stop": stop.diagnostic}),
@@ -172,7 +213,7 @@ class HeadwayMiddleware(AgentMiddleware[HeadwayState, Any]):
             )
         except Stop as stop:
             if self.on_stop == "raise":
-                raise
+                raise _native(stop) from None
             return _stopped(request.tool_call, stop)
         return _answer(request, out, box)
 
@@ -195,7 +236,7 @@ class HeadwayMiddleware(AgentMiddleware[HeadwayState, Any]):
             out = await session.acall(name, args, run=run, **keys)
         except Stop as stop:
             if self.on_stop == "raise":
-                raise
+                raise _native(stop) from None
             return _stopped(request.tool_call, stop)
         return _answer(request, out, box)
 
@@ -204,13 +245,13 @@ class HeadwayMiddleware(AgentMiddleware[HeadwayState, Any]):
         name = call["name"]
         spec = self.gov.spec(name) or declare(self.gov, name, _annotations(request.tool))
         keys: dict[str, Any] = {"call_id": call.get("id")}
+        state = request.state if isinstance(request.state, Mapping) else {}
         if spec.effect != "read":
             explicit = self.key_of(request) if self.key_of is not None else None
             if explicit is not None:
                 keys["idempotency_key"] = explicit
             else:
-                keys["step_id"] = step_of(call.get("id"))
-        state = request.state if isinstance(request.state, Mapping) else {}
+                keys["step_id"] = step_of(call.get("id"), spec, call["args"])
         return self._session(state, request.runtime.config), name, call["args"], keys
 
     def _session(self, state: Mapping[str, Any], config: RunnableConfig | None) -> Session:
@@ -307,7 +348,8 @@ def _thread_of(config: Mapping[str, Any] | None) -> str | None:
 
 
 def _annotations(tool: BaseTool | None) -> dict[str, Any] | None:
-    """MCP annotations as langchain-mcp-adapters leave them: in the tool's metadata."""
+    """MCP annotations as langchain-mcp-adapters leave them: in the tool's metadata, with
+    the field names of the installed mcp's ``ToolAnnotations``."""
     meta = getattr(tool, "metadata", None) or {}
     hints = {k: meta[k] for k in _HINTS if meta.get(k) is not None}
     return hints or None

@@ -124,7 +124,7 @@ async def _govern_call(
         key = key_of(ctx, args) if key_of is not None and writes(spec) else None
         if key is not None:
             return await session.acall(name, args, run=run, idempotency_key=key, call_id=call_id)
-        step = step_of(call_id, spec)
+        step = step_of(call_id, spec, args)
         return await session.acall(name, args, run=run, step_id=step, call_id=call_id)
     except Stop as stop:
         raise _native(stop) from stop

@@ -144,7 +144,7 @@ class HeadwayCapability(AbstractCapability[Any]):
                 raise
 
         call_id = call.tool_call_id
-        keys: dict[str, Any] = {"call_id": call_id, "step_id": step_of(call_id, spec)}
+        keys: dict[str, Any] = {"call_id": call_id, "step_id": step_of(call_id, spec, args)}
         if self.idempotency_key is not None and writes(spec):
             key = self.idempotency_key(ctx, args)
             if key is not None:
