@@ -36,6 +36,14 @@ TESTS = {
     "idempotency": ["tests/test_idempotency.py", "tests/test_mutation_pins.py"],
     "shell": ["tests/test_shell.py"],
     "breaker": ["tests/test_resilience.py", "tests/test_mutation_pins.py"],
+    "integrations/langchain": ["tests/test_integration_langchain.py"],
+    "integrations/openai_agents": ["tests/test_integration_openai_agents.py"],
+    "integrations/pydantic_ai": ["tests/test_integration_pydantic_ai.py"],
+    "integrations/_common": [
+        "tests/test_integration_langchain.py",
+        "tests/test_integration_openai_agents.py",
+        "tests/test_integration_pydantic_ai.py",
+    ],
 }
 
 # (module, what the mutant breaks, text in the module, replacement)
@@ -142,14 +150,14 @@ MUTANTS: list[tuple[str, str, str, str]] = [
     (
         "_pipeline",
         "TTL boundary < -> <=",
-        'gov.clock() - entry["t"] < spec.ttl',
-        'gov.clock() - entry["t"] <= spec.ttl',
+        "return 0 <= age < spec.ttl",
+        "return 0 <= age <= spec.ttl",
     ),
     (
         "_pipeline",
         "errors cached",
-        "        if c.status is EXECUTED:\n            c.text = result_text(c.value)",
-        "        if True:\n            c.text = result_text(c.value)",
+        "if c.status is EXECUTED and recordable(c):",
+        "if recordable(c):",
     ),
     (
         "_pipeline",
@@ -166,14 +174,14 @@ MUTANTS: list[tuple[str, str, str, str]] = [
     (
         "_pipeline",
         "a write naming resources invalidates nothing",
-        'bump = ("any", *("r:" + r for r in touched))',
-        'bump = ("any",)',
+        'names = ("any", *("r:" + r for r in touched))',
+        'names = ("any",)',
     ),
     (
         "_pipeline",
         "a write naming no resource spares resource reads",
-        'bump = ("any", "*")',
-        'bump = ("any",)',
+        'names = ("any", "*")',
+        'names = ("any",)',
     ),
     (
         "_pipeline",
@@ -187,14 +195,14 @@ MUTANTS: list[tuple[str, str, str, str]] = [
     (
         "idempotency",
         "key reused by another tool not rejected",
-        ' or record.get("tool") != c.spec.name',
-        "",
+        'if record["args"] != c.args_digest or record["tool"] != c.spec.name:\n                raise',
+        'if record["args"] != c.args_digest:\n                raise',
     ),
     (
         "idempotency",
         "key reused with other arguments not rejected",
-        'record.get("args") != c.args_digest or ',
-        "",
+        'if record["args"] != c.args_digest or record["tool"] != c.spec.name:\n                raise',
+        'if record["tool"] != c.spec.name:\n                raise',
     ),
     (
         "shell",
@@ -261,6 +269,121 @@ MUTANTS: list[tuple[str, str, str, str]] = [
         "sum(recent) / len(recent) > (b.ratio or 1.0)",
     ),
     ("breaker", "min_calls boundary", "len(recent) >= b.min_calls", "len(recent) > b.min_calls"),
+    # the integrations: what each framework's user is promised
+    (
+        "integrations/langchain",
+        "a ToolMessage with status='error' is a result, not an error",
+        'if result.status == "error":',
+        "if False:",
+    ),
+    (
+        "integrations/langchain",
+        "a cached read answers with an error message, not the stored content",
+        "if status is CACHED or status is REPLAYED:",
+        "if status is REPLAYED:",
+    ),
+    (
+        "integrations/langchain",
+        "a new human message is not a new user turn",
+        "            session.user_turn()",
+        "            pass",
+    ),
+    (
+        "integrations/langchain",
+        "the stop's diagnostic is not put in the state",
+        'command=Command(update={**update, "headway_stop": stop.diagnostic})',
+        'command=Command(update={**update, "headway_stop": {}})',
+    ),
+    (
+        "integrations/langchain",
+        "a write has no idempotency step from its tool call id",
+        'keys["step_id"] = step_of(call.get("id"), spec, call["args"])',
+        'keys["step_id"] = None',
+    ),
+    (
+        "integrations/langchain",
+        "the thread id does not name the session",
+        'sid = state.get("headway_session") or _thread_of(config)',
+        'sid = state.get("headway_session") or "one"',
+    ),
+    (
+        "integrations/langchain",
+        "on_stop='raise' ends the run quietly",
+        '            if self.on_stop == "raise":\n                raise _native(stop) from None\n            return _stopped(request.tool_call, stop)\n        return _answer(request, out, box)\n\n    async',
+        "            return _stopped(request.tool_call, stop)\n        return _answer(request, out, box)\n\n    async",
+    ),
+    (
+        "integrations/openai_agents",
+        "an exception the SDK turned into text is a result, not an error",
+        'return f"Error: {result}"',
+        "return result",
+    ),
+    (
+        "integrations/openai_agents",
+        "a new Runner.run on a named session is not a new user turn",
+        "            run.session.user_turn()",
+        "            pass",
+    ),
+    (
+        "integrations/openai_agents",
+        "a write has no idempotency step from its tool call id",
+        "step = step_of(call_id, spec, args)",
+        "step = None",
+    ),
+    (
+        "integrations/openai_agents",
+        "a stop inside an MCP server's call_tool is swallowed by the SDK",
+        "            if isinstance(cause, HeadwayStop):\n                raise cause",
+        "            if isinstance(cause, HeadwayStop):\n                break",
+    ),
+    (
+        "integrations/openai_agents",
+        "a correction of an MCP call is not marked isError",
+        '"isError": out.status is Status.ERROR',
+        '"isError": False',
+    ),
+    (
+        "integrations/pydantic_ai",
+        "a correction is a retry prompt even with no retries left (the run crashes)",
+        "if ctx.retries.get(call.tool_name, 0) < ctx.max_retries:",
+        "if True:",
+    ),
+    (
+        "integrations/pydantic_ai",
+        "a new run of a conversation is not a new user turn",
+        "        session.user_turn()",
+        "        pass",
+    ),
+    (
+        "integrations/pydantic_ai",
+        "a tool's ModelRetry is a result, not an error",
+        "return _ERROR + str(exc)",
+        "return str(exc)",
+    ),
+    (
+        "integrations/_common",
+        "a budget stop is raised as the framework's loop stop",
+        "return (budget if isinstance(stop, BudgetExceeded) else loop)(stop.diagnostic)",
+        "return loop(stop.diagnostic)",
+    ),
+    (
+        "integrations/_common",
+        "a write's step does not name its arguments (a reused call id is a key reuse)",
+        'return f"call:{call_id}:{digest(canonical_json(args))}"',
+        'return f"call:{call_id}"',
+    ),
+    (
+        "integrations/pydantic_ai",
+        "a write has no idempotency step from its tool call id",
+        '"step_id": step_of(call_id, spec, args)}',
+        '"step_id": None}',
+    ),
+    (
+        "integrations/pydantic_ai",
+        "a tool's own failure is replaced by headway's text",
+        "            if out.correction is None:\n                raise failure",
+        "            if out.correction is None:\n                pass",
+    ),
 ]
 
 

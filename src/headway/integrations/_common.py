@@ -1,18 +1,30 @@
 """What every integration needs: a spec for a tool the framework runs, the step id of one
-of its tool calls, and the lazy import of the framework itself."""
+of its tool calls, a stop as the framework's own exception, and the lazy import of the
+framework itself."""
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._canonical import canonical_json, digest
+from ..errors import BudgetExceeded, Stop
 
 if TYPE_CHECKING:
     from .._session import Governor
     from .._spec import ToolSpec
+
+
+S = TypeVar("S", bound=Stop)
+
+
+def native(stop: Stop, budget: type[S], loop: type[S]) -> S:
+    """A stop as the framework's own exception: ``budget`` for a budget, else ``loop``."""
+    if isinstance(stop, budget | loop):
+        return stop
+    return (budget if isinstance(stop, BudgetExceeded) else loop)(stop.diagnostic)
 
 
 def require(module: str, extra: str) -> ModuleType:

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NotRequired, cast
 
 from .._recent import Recent
-from ._common import declare, require, step_of
+from ._common import declare, native, require, step_of
 
 require("langchain.agents", "langchain")
 
@@ -86,10 +86,7 @@ class BudgetStopped(HeadwayStop, BudgetExceeded):
 
 
 def _native(stop: Stop) -> HeadwayStop:
-    if isinstance(stop, HeadwayStop):
-        return stop
-    cls = BudgetStopped if isinstance(stop, BudgetExceeded) else LoopStopped
-    return cls(stop.diagnostic)
+    return native(stop, BudgetStopped, LoopStopped)
 
 
 class HeadwayState(AgentState[Any]):

@@ -23,7 +23,7 @@ from typing import Any
 from .._session import Governor, Session
 from ..errors import BudgetExceeded, LoopDetected, Stop
 from ..outcome import Outcome, Status
-from ._common import declare, require, step_of, writes
+from ._common import declare, native, require, step_of, writes
 
 require("agents", "openai-agents")
 
@@ -50,10 +50,7 @@ class BudgetStopped(HeadwayStop, BudgetExceeded):
 
 
 def _native(stop: Stop) -> HeadwayStop:
-    if isinstance(stop, HeadwayStop):
-        return stop
-    cls = BudgetStopped if isinstance(stop, BudgetExceeded) else LoopStopped
-    return cls(stop.diagnostic)
+    return native(stop, BudgetStopped, LoopStopped)
 
 
 # An explicit idempotency key for a write: ``idempotency_key(ctx, args)``, or None for the

@@ -20,7 +20,7 @@ from .._recent import Recent
 from .._session import Governor, Session
 from ..errors import BudgetExceeded, LoopDetected, Stop
 from ..outcome import Status
-from ._common import declare, require, step_of, writes
+from ._common import declare, native, require, step_of, writes
 
 require("pydantic_ai", "pydantic-ai")
 
@@ -63,8 +63,7 @@ _DEFERRALS = (ApprovalRequired, CallDeferred)
 
 
 def _native(stop: Stop) -> HeadwayStop:
-    cls = BudgetStopped if isinstance(stop, BudgetExceeded) else LoopStopped
-    return cls(stop.diagnostic)
+    return native(stop, BudgetStopped, LoopStopped)
 
 
 @dataclass
