@@ -339,8 +339,8 @@ MUTANTS: list[tuple[str, str, str, str]] = [
     (
         "integrations/openai_agents",
         "a correction of an MCP call is not marked isError",
+        '"isError": out.status in _NOT_DONE',
         '"isError": out.status is Status.ERROR',
-        '"isError": False',
     ),
     (
         "integrations/pydantic_ai",
@@ -377,12 +377,6 @@ MUTANTS: list[tuple[str, str, str, str]] = [
         "a write has no idempotency step from its tool call id",
         '"step_id": step_of(call_id, spec, args)}',
         '"step_id": None}',
-    ),
-    (
-        "integrations/pydantic_ai",
-        "a tool's own failure is replaced by headway's text",
-        "            if out.correction is None:\n                raise failure",
-        "            if out.correction is None:\n                pass",
     ),
 ]
 

@@ -210,6 +210,29 @@ def test_a_write_keyed_through_the_run_context_is_performed_once_across_runs() -
     assert refunds == [1250]
 
 
+def test_a_completed_write_replayed_under_its_call_id_runs_once_a_new_call_id_runs_again() -> None:
+    """The default key is the run plus the tool call id: a resumed run that replays a
+    completed write's tool call gets the stored result; the same arguments under a new
+    call id are a new write (writes are never deduplicated by their arguments)."""
+    charges: list[int] = []
+    gov = headway.Governor()
+    gov.register("charge", None, effect="write")
+
+    @function_tool
+    def charge(amount: int) -> str:
+        charges.append(amount)
+        return f"charged {amount} (#{len(charges)})"
+
+    tools = govern_tools(gov, [charge])
+    out = []
+    for call_id in ("c-9", "c-9", "c-10"):
+        model = turns(("charge", {"amount": 30}), call_ids=[call_id])
+        out += outputs(run(Agent(name="a", model=model, tools=tools), {"run_id": "pay-2"}))
+    assert charges == [30, 30]  # c-9 once, c-10 once
+    assert out[0] == "charged 30 (#1)" and out[1].startswith("charged 30 (#1)")
+    assert out[2] == "charged 30 (#2)"
+
+
 def test_an_error_answered_as_text_three_times_gets_the_repeated_error_correction() -> None:
     gov = headway.Governor()
     gov.register("book", None, effect="write")
@@ -486,6 +509,21 @@ def test_mcp_annotations_make_a_read_cacheable_and_its_third_repeat_corrected() 
     assert "3 times with identical arguments" in out[2]
     spec = gov.spec("lookup")
     assert spec is not None and spec.effect == "read" and spec.deterministic
+
+
+def test_a_corrected_mcp_call_is_a_failed_call_for_the_sdk_a_cached_one_is_not() -> None:
+    """isError as `headway proxy` sets it: a correction (the call did not run) is a failed
+    tool call; a result served from the store is a result (what the SDK's custom data
+    extractor and its structured-content rule read)."""
+    flags: list[bool | None] = []
+
+    def extract(ctx: Any) -> None:
+        flags.append(ctx.is_error)
+
+    gov, server = headway.Governor(), FakeMCPServer(custom_data_extractor=extract)
+    run(mcp_agent(server, gov, turns(*[("lookup", {"q": "ACME"})] * 3)))
+    assert len(server.calls) == 1
+    assert flags == [False, False, True]  # executed, cached, corrected
 
 
 def test_an_mcp_is_error_result_repeated_gets_the_repeated_error_correction() -> None:

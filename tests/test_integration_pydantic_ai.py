@@ -193,6 +193,38 @@ def test_a_keyed_write_retried_after_a_timeout_runs_once_and_is_reconciled() -> 
     assert len(asked) == 1
 
 
+def test_a_completed_write_replayed_under_its_call_id_runs_once_a_new_call_id_runs_again() -> None:
+    """The default key is the conversation plus the tool call id: a run re-executed with a
+    completed write's tool call gets the stored result; the same arguments under a new call
+    id are a new write (writes are never deduplicated by their arguments)."""
+    charges: list[int] = []
+    call_ids = iter(["p-9", "p-9", "p-10"])  # one per run
+    current: list[str] = []
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if any(isinstance(m, ModelResponse) for m in messages):
+            return ModelResponse(parts=[TextPart("done")])
+        current.append(next(call_ids))
+        return ModelResponse(parts=[ToolCallPart("charge", {"amount": 30}, current[-1])])
+
+    gov = headway.Governor()
+    gov.register("charge", None, effect="write")
+    agent = Agent(FunctionModel(respond), capabilities=[HeadwayCapability(gov)])
+
+    @agent.tool_plain
+    def charge(amount: int) -> str:
+        charges.append(amount)
+        return f"charged {amount} (#{len(charges)})"
+
+    texts = [
+        str(p.content) for _ in range(3) for p in returns(agent.run_sync("go", conversation_id="c"))
+    ]
+    assert current == ["p-9", "p-9", "p-10"]
+    assert charges == [30, 30]  # p-9 once, p-10 once
+    assert texts[0] == "charged 30 (#1)" and texts[1].startswith("charged 30 (#1)")
+    assert texts[2] == "charged 30 (#2)"
+
+
 def test_a_new_run_in_a_stopped_conversation_ends_before_the_model_is_asked() -> None:
     gov = headway.Governor()
     gov.session("stuck", budgets=headway.Budgets(tool_calls=2))

@@ -70,6 +70,10 @@ class _Run:
         self.tokens = 0
 
 
+# Outcomes an MCP client reads as a failed call (``isError``), as ``headway proxy`` answers
+# them: the call did not run, or nobody knows whether it did.
+_NOT_DONE = (Status.CORRECTED, Status.UNKNOWN, Status.ERROR)
+
 _RUN = "_headway_run"
 # The SDK marks a tool context whose result its default formatter made from an exception.
 _SDK_FAILURE = "_function_tool_default_failure_handled"
@@ -274,5 +278,5 @@ class GovernedMCPServer(MCPServer):
             raise raised[-1]  # failure_error_function=None: the SDK raises it, as unwrapped
         text = TextContent(type="text", text=out.to_model())
         return CallToolResult.model_validate(
-            {"content": [text], "isError": out.status is Status.ERROR}
+            {"content": [text], "isError": out.status in _NOT_DONE}
         )
