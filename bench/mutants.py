@@ -185,6 +185,12 @@ MUTANTS: list[tuple[str, str, str, str]] = [
     ),
     (
         "_pipeline",
+        "a parallel batch's late identical read is a repeat",
+        "if fresh is not None and gov.enforce and st.in_batch(c.key):",
+        "if False:",
+    ),
+    (
+        "_pipeline",
         "sessions share their cache",
         'else st.session_id + "#" + _generation',
         'else "s#" + _generation',

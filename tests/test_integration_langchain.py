@@ -391,6 +391,28 @@ def test_parallel_tool_calls_in_one_turn_are_governed_independently(mode: str) -
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_five_identical_reads_in_one_response_run_once_and_none_is_corrected(mode: str) -> None:
+    """A model's parallel batch (§1): LangGraph starts its tool threads one after the other,
+    so most of the five begin after the first has finished; none is a repeat of it."""
+    gov = headway.Governor()
+    gov.register("overview", None, effect="read", deterministic=True)
+    runs: list[str] = []
+
+    @tool
+    def overview(company: str) -> str:
+        """Company overview."""
+        runs.append(company)
+        return f"{company}: {OVERVIEW}"
+
+    model = ScriptedModel(messages=calls([("overview", {"company": "acme"})] * 5))
+    agent = create_agent(model, [overview], middleware=[HeadwayMiddleware(gov)])
+    msgs = tool_messages(run(agent, mode))
+    assert runs == ["acme"]
+    assert [m.status for m in msgs] == ["success"] * 5
+    assert len({str(m.content) for m in msgs}) == 1  # the result itself, no correction
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_the_session_is_the_thread_and_a_new_human_message_is_a_new_user_turn(mode: str) -> None:
     gov = headway.Governor()
     gov.register("overview", None, effect="read", deterministic=True)

@@ -31,6 +31,43 @@ def test_exact_read_called_three_times_runs_once(gov: headway.Governor) -> None:
     assert outs[2].status is headway.Status.CORRECTED and outs[2].value is None
 
 
+def test_identical_reads_of_one_model_turn_are_one_batch_not_repeats(
+    gov: headway.Governor,
+) -> None:
+    """§1: a model's parallel batch is not counted as repeats. A framework runs a batch's
+    calls one after the other as often as together (LangGraph's tool threads start in
+    turn), so an identical read served in the same model turn as the one that ran is a
+    follower, whether or not it overlapped it: never corrected, not counted. The next
+    turn's identical read is a repeat again (2nd: served, 3rd: corrected)."""
+    tool = ScriptedTool([{"name": "Apple"}])
+    gov.register("overview", tool, effect="read", deterministic=True)
+    with gov.session("batch") as s:
+        s.record_turn()
+        first = [s.call("overview", {"ticker": "AAPL"}) for _ in range(4)]
+        s.record_turn()
+        second = s.call("overview", {"ticker": "AAPL"})
+        s.record_turn()
+        third = s.call("overview", {"ticker": "AAPL"})
+    assert tool.count == 1
+    assert [o.status for o in first] == [headway.Status.EXECUTED] + [headway.Status.CACHED] * 3
+    assert all(o.correction is None for o in first)
+    assert second.status is headway.Status.CACHED and second.correction is None
+    assert third.status is headway.Status.CORRECTED
+    assert [r["coalesced"] for r in s.audit_records()] == [False, True, True, True, False, False]
+
+
+def test_without_model_turns_a_session_judges_each_identical_read_as_a_repeat(
+    gov: headway.Governor,
+) -> None:
+    """A session never told of model turns has no batches: the 3rd identical read in a
+    row is corrected (the batch rule needs record_turn)."""
+    tool = ScriptedTool([{"name": "Apple"}])
+    gov.register("overview", tool, effect="read", deterministic=True)
+    with gov.session("no-turns") as s:
+        outs = [s.call("overview", {"ticker": "AAPL"}) for _ in range(3)]
+    assert [o.status for o in outs][2] is headway.Status.CORRECTED
+
+
 def test_non_consecutive_repeats_are_served_from_cache(gov: headway.Governor) -> None:
     tool = ScriptedTool([{"name": "Apple"}])
     gov.register("overview", tool, effect="read", deterministic=True)

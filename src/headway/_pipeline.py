@@ -291,7 +291,11 @@ def _served(gov: Governor, st: SessionState, c: Call, entry: Any) -> bool:
     fresh = None if entry is None else entry if _fresh(gov, spec, entry) else None
     # a TTL read whose entry expired is a fresh look, not a repeat
     monitor = st.monitor if c.agent is None else st.monitor_of(c.agent)
-    if (fresh is not None or not spec.ttl) and monitor.may_correct(c.key):
+    if fresh is not None and gov.enforce and st.in_batch(c.key):
+        # an identical read in the model's turn that served this one (a parallel batch, §1)
+        # that began after its leader ended: a follower all the same, never a repeat
+        c.coalesced = True
+    elif (fresh is not None or not spec.ttl) and monitor.may_correct(c.key):
         with st.lock:
             shown = summarize(c.canon, spec.redact_names, 300)  # never a secret in a correction
             correction = monitor.before(spec, c.key, "read", shown)

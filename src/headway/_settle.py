@@ -116,6 +116,8 @@ def _judge(gov: Governor, st: SessionState, c: Call, now: float) -> _Judged:
             st.unknown_steps[unkeyed_key(st, c)] = c.idem_key or ""
         elif st.unknown_steps and c.status in (EXECUTED, REPLAYED):
             st.unknown_steps.pop(unkeyed_key(st, c), None)
+    if c.effect == "read" and (c.status is EXECUTED or c.status is CACHED):
+        st.batched(c.key)
     signals: dict[str, Any] = {}
     mark = "neutral"
     correction = c.correction

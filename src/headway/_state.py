@@ -87,6 +87,8 @@ class SessionState:
     unknown_writes: dict[str, float] = dataclasses.field(default_factory=dict)  # §5.4
     # a step-keyed write left UNKNOWN: its tool and arguments -> its idempotency key
     unknown_steps: dict[str, str] = dataclasses.field(default_factory=dict)
+    # the reads of the current model turn (§1: a model's parallel batch): (turn, their keys)
+    batch: tuple[int, set[str]] = dataclasses.field(default_factory=lambda: (0, set()))
     # a session shared by workers (``_shared``): the record as last read or written here,
     # and the step whose budget stop is provisional until that step settles
     shared: bool = False
@@ -100,6 +102,20 @@ class SessionState:
     # never resumed (a stdio proxy's session: an id made for this process): its cache
     # epochs stay in memory, since no later run reads them back from the store
     transient: bool = False
+
+    def in_batch(self, key: str) -> bool:
+        """Whether a read with this key ran or was served earlier in the same model turn:
+        a model's parallel batch, when the session is told of its turns (``record_turn``)."""
+        turn, keys = self.batch
+        return turn > 0 and turn == self.meter.turns and key in keys
+
+    def batched(self, key: str) -> None:
+        """A read of the current model turn (``in_batch``)."""
+        turn = self.meter.turns
+        if turn:
+            if self.batch[0] != turn:
+                self.batch = (turn, set())
+            self.batch[1].add(key)
 
     def monitor_of(self, agent: str | None) -> Monitor:
         """The detector stream of ``agent`` (the session's own for None or its agent)."""
