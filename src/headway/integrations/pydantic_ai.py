@@ -94,12 +94,8 @@ class HeadwayCapability(AbstractCapability[Any]):
     async def before_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
     ) -> ModelRequestContext:
-        session = self._session(ctx)
-        if session.stopped:  # stopped by an earlier run of the conversation: ask no model
-            try:
-                session.record_turn()  # raises the session's stop
-            except Stop as stop:
-                raise _native(stop) from stop
+        if self._session(ctx).stopped:  # stopped by an earlier run of the conversation:
+            self._turn(ctx, 0)  # its stop is raised, no model is asked
         return request_context
 
     async def after_model_request(
@@ -110,11 +106,15 @@ class HeadwayCapability(AbstractCapability[Any]):
         response: ModelResponse,
     ) -> ModelResponse:
         """Each model response is a model turn (turn and token budgets)."""
+        self._turn(ctx, response.usage.total_tokens)
+        return response
+
+    def _turn(self, ctx: RunContext[Any], tokens: int) -> None:
+        """``record_turn``: a stop (the session's, or a budget now used up) ends the run."""
         try:
-            self._session(ctx).record_turn(tokens=response.usage.total_tokens)
+            self._session(ctx).record_turn(tokens=tokens)
         except Stop as stop:
             raise _native(stop) from stop
-        return response
 
     async def wrap_tool_execute(
         self,
