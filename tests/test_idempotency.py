@@ -387,7 +387,7 @@ def test_a_step_keyed_write_left_unknown_on_one_worker_is_reconciled_on_another(
     pay = charge_tool(ledger, after=[TimeoutError("t")])
 
     def worker() -> headway.Governor:
-        gov = headway.Governor(store=headway.SQLiteStore(tmp_path / "shared.db"))
+        gov = headway.Governor(store=headway.SQLiteStore(str(tmp_path / "shared.db")))
         gov.register(
             "pay", pay, effect="write", reconcile=lambda key, args: ledger.lookup(args["order"])
         )

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -322,7 +322,8 @@ def test_an_explicit_key_from_the_run_context_keeps_a_timed_out_write_to_one_eff
         yield AIMessage("done")
 
     middleware = HeadwayMiddleware(
-        gov, idempotency_key=lambda request: request.runtime.context.payment_key
+        gov,
+        idempotency_key=lambda request: cast("PaymentContext", request.runtime.context).payment_key,
     )
     agent: Any = create_agent(
         ScriptedModel(messages=turns()),

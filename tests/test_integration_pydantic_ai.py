@@ -513,11 +513,12 @@ def test_an_mcp_toolsets_annotations_make_specs_and_its_errors_are_errors() -> N
     read-only closed-world tool is cached and corrected on its 3rd repeat; a tool the
     server reports as failed (isError) is an ERROR, never cached, and its 3rd identical
     failure carries the repeated-error correction."""
-    fastmcp = pytest.importorskip("fastmcp")
+    pytest.importorskip("fastmcp")
+    from fastmcp import FastMCP
     from mcp.types import ToolAnnotations
     from pydantic_ai.mcp import MCPToolset
 
-    server = fastmcp.FastMCP("inventory")
+    server = FastMCP("inventory")
     ran: list[str] = []
 
     @server.tool(annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False))
