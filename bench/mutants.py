@@ -31,7 +31,12 @@ TESTS = {
     "detectors": LOOPS,
     "similarity": LOOPS,
     "_session": LOOPS,
-    "_pipeline": ["tests/test_read_dedup.py", "tests/test_mutation_pins.py", *LOOPS[:1]],
+    "_pipeline": [
+        "tests/test_read_dedup.py",
+        "tests/test_mutation_pins.py",
+        "tests/test_budgets.py",
+        *LOOPS[:1],
+    ],
     "budgets": ["tests/test_budgets.py", "tests/test_mutation_pins.py"],
     "idempotency": ["tests/test_idempotency.py", "tests/test_mutation_pins.py"],
     "shell": ["tests/test_shell.py"],
@@ -182,6 +187,12 @@ MUTANTS: list[tuple[str, str, str, str]] = [
         "a write naming no resource spares resource reads",
         'names = ("any", "*")',
         'names = ("any",)',
+    ),
+    (
+        "_pipeline",
+        "concurrent calls of an in-process session run past a call budget",
+        "    if counts_calls(st):\n        # the step is taken",
+        "    if False:\n        # the step is taken",
     ),
     (
         "_pipeline",

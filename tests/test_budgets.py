@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -32,6 +33,36 @@ def test_tool_call_budget_stops_after_the_limit_reaching_call(gov: headway.Gover
     with pytest.raises(headway.BudgetExceeded) as again:
         s.call("step", {"i": 100})
     assert again.value.diagnostic == d
+
+
+@pytest.mark.parametrize("budget", ["tool_calls", "per_tool_calls"])
+def test_concurrent_calls_never_run_past_a_call_budget(budget: str) -> None:
+    """A model's parallel calls (tasks of one event loop, as Pydantic AI and the OpenAI
+    Agents SDK run them) take their steps before they run: with a budget of 2, two calls
+    run and the others are stopped before their tool starts, and the diagnostic says 2."""
+    ran: list[int] = []
+
+    async def lookup(n: int) -> str:
+        await asyncio.sleep(0.01)  # all five are under way before the first one ends
+        ran.append(n)
+        return f"page {n}"
+
+    gov = headway.Governor()
+    gov.register("lookup", lookup, effect="read")
+    session = gov.session("batch", budgets=headway.Budgets(**{budget: 2}))
+
+    async def one(n: int) -> str:
+        try:
+            return (await session.acall("lookup", {"n": n})).status.value
+        except headway.BudgetExceeded as stop:
+            return f"stopped at {stop.diagnostic['consumed']}"
+
+    async def batch() -> list[str]:
+        return await asyncio.gather(*(one(n) for n in range(5)))
+
+    answers = asyncio.run(batch())
+    assert sorted(answers) == ["executed"] * 2 + ["stopped at 2"] * 3
+    assert len(ran) == 2
 
 
 def test_per_tool_budget_names_the_tool(gov: headway.Governor) -> None:

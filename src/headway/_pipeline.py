@@ -26,7 +26,7 @@ from ._call import Call, describe, identity, recordable, result_text
 from ._canonical import canonical_json, digest
 from ._effects import Blocking, Plan, Sleep, Wait
 from ._settle import bump, check_stop, settle, settle_shared
-from ._shared import Moved, counts_calls, refresh, reserve
+from ._shared import Moved, counts_calls, refresh, reserve, take
 from ._spec import ToolSpec
 from .audit import summarize
 from .errors import ArgumentError
@@ -139,6 +139,11 @@ def plan(gov: Governor, st: SessionState, c: Call) -> Plan[Outcome]:
     """The rest of a call begun by ``begin()``: everything that may wait on I/O."""
     if st.shared:
         return (yield from _shared_plan(gov, st, c))
+    if counts_calls(st):
+        # the step is taken before the tool runs, as in a shared session: a model's
+        # parallel calls never run past a call budget (the one that reaches it runs)
+        with st.lock:
+            take(gov, st, c)
     if c.effect == "read":
         yield from _read(gov, st, c)
     else:
