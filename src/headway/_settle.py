@@ -102,7 +102,7 @@ def _judge(gov: Governor, st: SessionState, c: Call, now: float) -> _Judged:
         index = st.steps
         st.steps += 1
         reached = st.meter.count_call(spec.name)
-    else:  # reserved in the shared record before the call ran
+    else:  # reserved before the call ran (a shared session, or a call budget: ``take``)
         index, reached = c.index, c.reached
         if reached is None and st.meter.budgets.retries_per_tool is not None:
             reached = st.meter.retries_used_up(spec.name)  # retries made by this call
@@ -116,8 +116,8 @@ def _judge(gov: Governor, st: SessionState, c: Call, now: float) -> _Judged:
             st.unknown_steps[unkeyed_key(st, c)] = c.idem_key or ""
         elif st.unknown_steps and c.status in (EXECUTED, REPLAYED):
             st.unknown_steps.pop(unkeyed_key(st, c), None)
-    if c.effect == "read" and (c.status is EXECUTED or c.status is CACHED):
-        st.batched(c.key)
+    if st.meter.turns and c.effect == "read" and (c.status is EXECUTED or c.status is CACHED):
+        st.batched(c.key)  # a read of this model turn (sessions told of turns only)
     signals: dict[str, Any] = {}
     mark = "neutral"
     correction = c.correction

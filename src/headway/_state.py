@@ -110,12 +110,11 @@ class SessionState:
         return turn > 0 and turn == self.meter.turns and key in keys
 
     def batched(self, key: str) -> None:
-        """A read of the current model turn (``in_batch``)."""
+        """A read of the current model turn (``in_batch``); the session has had turns."""
         turn = self.meter.turns
-        if turn:
-            if self.batch[0] != turn:
-                self.batch = (turn, set())
-            self.batch[1].add(key)
+        if self.batch[0] != turn:
+            self.batch = (turn, set())
+        self.batch[1].add(key)
 
     def monitor_of(self, agent: str | None) -> Monitor:
         """The detector stream of ``agent`` (the session's own for None or its agent)."""
