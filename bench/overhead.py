@@ -11,7 +11,7 @@ their bound is 3x the floor plus one raw ``ThreadPoolExecutor`` hand-off (the TP
 minus the floor). The async rows time ``call`` and ``acall`` of the same sync tool
 inside one running event loop.
 
-``--base SRC`` (a ``src`` folder of another version of headway, say ``/work/main/src``)
+``--base SRC`` (a ``src`` folder of another version of headway, say ``../headway-main/src``)
 imports that version beside this one as ``headway_base`` (``shared_sessions.load_base``)
 and runs every headway row of both, interleaved in the same rounds (the order reversed
 every other round, so neither side always goes first): each row then prints base, this

@@ -12,7 +12,7 @@ call:
 - headway proxy: client -> ``headway proxy`` (SQLite store and audit, the defaults) -> upstream
 - headway, memory: the same with ``--store memory://`` and a JSONL audit
 - headway, base (with ``--base SRC``): the defaults again, with the headway package of
-  another checkout's ``src`` (say ``/work/main/src``), for a before/after in one run
+  another checkout's ``src`` (say ``../headway-main/src``), for a before/after in one run
 
 Prints the median and p90 of each, the added latency and the ratio to the direct call,
 headway's share over the byte relay, and headway's decision work alone, in process.

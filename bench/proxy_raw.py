@@ -6,7 +6,7 @@ Each path is a process over stdio in front of the same upstream (tests/mcp_upstr
 its ``echo`` tool, a new argument per call): ``direct`` (the upstream itself), ``relay``
 (bench/proxy_latency.py's byte relay) and, for each NAME=SRC, ``headway proxy`` with its
 defaults (a SQLite store and audit, a file of its own) run with the headway package of
-SRC (say ``base=/work/main/src this=src``). The paths take turns call by call, in a new
+SRC (say ``base=../headway-main/src this=src``). The paths take turns call by call, in a new
 order each round; the client
 writes a line and reads lines until the answer, so its own time is small and alike for
 all. Prints each path's median and the CPU per call of its process (Linux ``/proc``), and of
