@@ -22,6 +22,7 @@ class Call:
     error: bool = False  # the tool (or its framework) marked the result as an error
     hints: dict[str, Any] = dataclasses.field(default_factory=dict)  # side_effect, kind...
     size: int = -1  # characters in the FULL result, when more than ``result`` holds
+    turn: int | None = None  # the model turn (response) that asked for it; None: its own turn
 
     def full_size(self) -> int:
         return max(self.size, len(self.result))
@@ -36,6 +37,10 @@ class Run:
     calls: list[Call]
     succeeded: bool | None = None
     not_replayed: int = 0  # records that are no tool call headway would see (see the reader)
+    # per model turn, when the input records it: the tokens the model read and wrote
+    # (``usage``), and the characters of the context it was sent (the transcript so far)
+    usage: dict[int, tuple[int, int]] = dataclasses.field(default_factory=dict)
+    context: dict[int, int] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -54,3 +59,18 @@ class Problem:
 
 def digest(text: str) -> str:
     return hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()  # noqa: S324  # an id, not security
+
+
+def usage_of(usage: Any) -> tuple[int, int] | None:
+    """(input, output) tokens of a recorded usage object: OpenAI's ``prompt_tokens`` /
+    ``completion_tokens``, or ``input_tokens`` / ``output_tokens`` (Anthropic, Responses,
+    Agents SDK; Anthropic's cache reads and writes are input too); None when it has none."""
+    if not isinstance(usage, dict):
+        return None
+    tin = usage.get("input_tokens", usage.get("prompt_tokens"))
+    tout = usage.get("output_tokens", usage.get("completion_tokens"))
+    if not isinstance(tin, int) or isinstance(tin, bool):
+        return None
+    extra = [usage.get(k) for k in ("cache_read_input_tokens", "cache_creation_input_tokens")]
+    tin += sum(x for x in extra if isinstance(x, int))
+    return tin, tout if isinstance(tout, int) and not isinstance(tout, bool) else 0

@@ -1,0 +1,66 @@
+"""OpenAI Agents SDK trace exports: the traces and spans its exporters send, one JSON
+object a line or a document (a list, or ``{"data": [...]}`` as the SDK's exporter posts).
+
+A span (``"object": "trace.span"``) has ``trace_id``, ``started_at`` and ``span_data``;
+the tool calls are the spans whose ``span_data.type`` is ``function``: ``name``,
+``input`` (the arguments as JSON text) and ``output``; a span's ``error`` marks a failed
+call. ``generation`` and ``response`` spans are model turns, with their ``usage`` when
+recorded. A trace is a run; its calls are ordered by start time. A file's spans are held
+until its end (a trace's spans may be anywhere in it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from ._lines import records
+from ._model import Call, Problem, Run, usage_of
+from .chat import arguments, finish
+from .claude_code import _time
+
+
+def is_record(obj: Any) -> bool:
+    return isinstance(obj, Mapping) and (
+        obj.get("object") in ("trace", "trace.span") or isinstance(obj.get("span_data"), Mapping)
+    )
+
+
+def read(path: Path, *, jsonl: bool) -> Iterator[Run | Problem]:
+    source = path.name.split(".")[0]
+    traces: dict[str, list[tuple[str, int, Mapping[str, Any]]]] = {}
+    for item in records(path, jsonl, ("data", "spans")):
+        if isinstance(item, Problem):
+            yield item
+            continue
+        number, rec = item
+        if not is_record(rec):
+            yield Problem(str(path), number, "not an OpenAI Agents SDK trace or span")
+            continue
+        data = rec.get("span_data")
+        if not isinstance(data, Mapping) or data.get("type") not in (
+            "function", "generation", "response"):  # fmt: skip
+            continue
+        spans = traces.setdefault(str(rec.get("trace_id")), [])
+        slim = {"type": data.get("type"), "name": data.get("name"), "input": data.get("input"),
+                "output": data.get("output"), "usage": data.get("usage"),
+                "error": rec.get("error"), "at": rec.get("started_at")}  # fmt: skip
+        spans.append((str(rec.get("started_at") or ""), len(spans), slim))
+    for trace, spans in traces.items():
+        run = Run(source, trace, [])
+        turn = -1
+        for _, _, span in sorted(spans, key=lambda s: s[:2]):
+            if span["type"] != "function":
+                turn += 1
+                recorded = usage_of(span["usage"])
+                if recorded is not None:
+                    run.usage[turn] = recorded
+                continue
+            output = span["output"]
+            text = output if isinstance(output, str) else "" if output is None else str(output)
+            run.calls.append(Call(str(span["name"] or ""), arguments(span["input"]), text, "",
+                                  time=_time(span["at"]), error=bool(span["error"]),
+                                  turn=turn if turn >= 0 else None))  # fmt: skip
+        finish(run.calls)
+        yield run
