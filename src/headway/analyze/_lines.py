@@ -33,15 +33,15 @@ def json_lines(path: Path) -> Iterator[tuple[int, Any] | Problem]:
                 try:
                     yield number, json.loads(line)
                 except json.JSONDecodeError as exc:
-                    yield Problem(str(path), number, _bad_line(line, exc))
+                    yield Problem(str(path), number, _bad_line(line, number, exc))
     except (EOFError, OSError, zlib.error) as exc:
         yield Problem(str(path), number + 1, f"file ends early or is corrupt ({exc})")
 
 
-def _bad_line(line: str, exc: json.JSONDecodeError) -> str:
-    if not line.endswith("\n") and exc.pos >= len(line.rstrip()):
+def _bad_line(line: str, number: int, exc: json.JSONDecodeError) -> str:
+    if not line.endswith("\n"):
         # only the last line of a file can lack its newline: the file was cut there
-        return f"truncated: the last line ends before its JSON is complete ({exc.msg})"
+        return f"truncated at line {number}: the file ends inside this line's JSON ({exc.msg})"
     return f"not valid JSON ({exc.msg}, column {exc.colno})"
 
 

@@ -190,8 +190,13 @@ def read(path: Path, fmt: str = "auto", *, listed: bool = False) -> Iterator[Run
     found = _detect(path)
     if fmt == "auto":
         if isinstance(found, str):
-            skip = listed and not path.name.endswith((".jsonl", ".gz", ".json", ".eval"))
-            yield Problem(str(path), 0, f"not a recognised trace format: {found}", skip)
+            # in a directory, a file not named like data (a README, notes) is skipped with a
+            # note; one named like data, or cut short, is a damaged trace: an error
+            data = path.name.endswith((".jsonl", ".gz", ".eval")) or found.startswith("truncated")
+            skip = listed and not data
+            damaged = found.startswith(("empty", "truncated"))  # not a question of format
+            message = found if damaged else f"not a recognised trace format: {found}"
+            yield Problem(str(path), 0, message, skip)
             return
         fmt = found[0]
     if isinstance(found, tuple):
