@@ -271,4 +271,6 @@ def _event(s: Step) -> list[Any]:
         what = "warned"
     else:
         what = "executed"
-    return [s.step, s.tool, what, _signal(s.signals) if s.signals else ""]
+    flagged = s.correction or s.would in ("correct", "stop")
+    # a no-progress warning carries no signal of its own: it is named no_progress
+    return [s.step, s.tool, what, _signal(s.signals) if s.signals or flagged else ""]
