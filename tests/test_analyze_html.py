@@ -166,3 +166,32 @@ def test_large_figures_never_break_mid_number_at_700_pixels(report: Path, tmp_pa
     common = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"]
     seen = subprocess.run([*common, "--window-size=700,900", "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
     assert 'data-wide="false"' in seen.stdout and 'data-wrapped="0"' in seen.stdout, seen.stderr[-1500:]
+
+
+# Machado, Oliveira and Fernandes (2009): full deuteranopia and protanopia, linear RGB
+_CVD = {
+    "deuteranopia": ((0.367322, 0.860646, -0.227968), (0.280085, 0.672501, 0.047413), (-0.011820, 0.042940, 0.968881)),
+    "protanopia": ((0.152286, 1.052583, -0.204868), (0.114503, 0.786281, 0.099216), (-0.003882, -0.048116, 1.051998)),
+}  # fmt: skip
+
+
+def _seen(colour: str, matrix: tuple[tuple[float, ...], ...]) -> list[float]:
+    def linear(c: int) -> float:
+        x = c / 255
+        return x / 12.92 if x <= 0.04045 else ((x + 0.055) / 1.055) ** 2.4
+
+    def encoded(v: float) -> float:
+        v = min(1.0, max(0.0, v))
+        return 255 * (12.92 * v if v <= 0.0031308 else 1.055 * v ** (1 / 2.4) - 0.055)
+
+    rgb = [linear(int(colour[i : i + 2], 16)) for i in (1, 3, 5)]
+    return [encoded(sum(m * x for m, x in zip(row, rgb, strict=True))) for row in matrix]
+
+
+@pytest.mark.parametrize("deficiency", sorted(_CVD))
+def test_served_and_stale_stay_apart_for_colour_blind_readers(deficiency: str) -> None:
+    import math
+
+    m = _CVD[deficiency]
+    for a, b in (("served", "stale"), ("served", "executed"), ("stale", "executed")):
+        assert math.dist(_seen(COLOURS[a], m), _seen(COLOURS[b], m)) > 100, (a, b)
