@@ -142,7 +142,10 @@ def test_the_report_names_how_each_tool_was_taken_and_why(
     config.write_text('[tools.search]\neffect = "read"\ndeterministic = true\n')
     assert main(["analyze", str(chats), "--config", str(config), "--json", str(out)]) == 0
     (taken,) = json.loads(out.read_text())["assumptions"]
-    assert (taken["class"], taken["why"]) == ("read", "config: [tools.search] deterministic, effect")
+    assert (taken["class"], taken["why"]) == (
+        "read",
+        "config: [tools.search] deterministic, effect",
+    )
 
 
 def test_the_oracle_counts_repeated_reads_and_shows_repeated_writes_apart(tmp_path: Path) -> None:
@@ -169,7 +172,11 @@ def test_money_uses_the_prices_given_and_counts_the_turns_a_stop_avoids(
     assert main([*args, "--price-in", "1", "--price-out", "0"]) == 0
     result = json.loads(out.read_text())
     m = result["overall"]["money"]
-    assert result["prices"] == {"input_per_million": 1.0, "output_per_million": 0.0, "source": "given"}
+    assert result["prices"] == {
+        "input_per_million": 1.0,
+        "output_per_million": 0.0,
+        "source": "given",
+    }
     stop = result["runs"][0]["stop_step"]
     assert m["turns"] == 14 and m["turns_avoided"] == 11 - stop  # turns after the stop
     assert m["cost_before"] == pytest.approx(m["input_tokens"] / 1e6, abs=1e-4)

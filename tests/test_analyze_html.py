@@ -165,7 +165,8 @@ def test_large_figures_never_break_mid_number_at_700_pixels(report: Path, tmp_pa
     probe = _probe(big, tmp_path, PROBE)
     common = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"]
     seen = subprocess.run([*common, "--window-size=700,900", "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
-    assert 'data-wide="false"' in seen.stdout and 'data-wrapped="0"' in seen.stdout, seen.stderr[-1500:]
+    page = seen.stdout
+    assert 'data-wide="false"' in page and 'data-wrapped="0"' in page, seen.stderr[-1500:]
 
 
 # Machado, Oliveira and Fernandes (2009): full deuteranopia and protanopia, linear RGB

@@ -64,7 +64,9 @@ def json_document(path: Path) -> Any | Problem:
         return Problem(str(path), 0, f"file ends early or is corrupt ({exc})")
 
 
-def records(path: Path, jsonl: bool, wrappers: tuple[str, ...]) -> Iterator[tuple[int, Any] | Problem]:
+def records(
+    path: Path, jsonl: bool, wrappers: tuple[str, ...]
+) -> Iterator[tuple[int, Any] | Problem]:
     """The records of a file of records: JSONL (a record, or a list of them, a line) or one
     JSON document (a list, or an object holding the list under one of ``wrappers``)."""
     if jsonl:

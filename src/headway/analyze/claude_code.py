@@ -70,10 +70,10 @@ class _Session:
         else:
             for block in content if isinstance(content, list) else ():
                 if isinstance(block, Mapping) and block.get("type") == "tool_result":
-                    call = self.pending.pop(str(block.get("tool_use_id")), None)
-                    if call is not None:
-                        call.result = text_of(block.get("content"))
-                        call.error = bool(block.get("is_error"))
+                    answered = self.pending.pop(str(block.get("tool_use_id")), None)
+                    if answered is not None:
+                        answered.result = text_of(block.get("content"))
+                        answered.error = bool(block.get("is_error"))
         self.context += len(text_of(content))
 
 

@@ -37,8 +37,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--format", choices=FORMATS, default="auto", dest="fmt")
     p.add_argument("--json", type=Path, dest="json_out", help="write the figures as JSON")
     p.add_argument("--html", type=Path, dest="html_out", help="write a self-contained report")
-    p.add_argument("--price-in", type=_price, metavar="USD", default=None,
-                   help=f"price per million input tokens (default {DEFAULT_PRICE_IN}, an assumption)")
+    p.add_argument(
+        "--price-in",
+        type=_price,
+        metavar="USD",
+        default=None,
+        help=f"price per million input tokens (default {DEFAULT_PRICE_IN}, an assumption)",
+    )
     p.add_argument("--price-out", type=_price, metavar="USD", default=None,
                    help=f"price per million output tokens (default {DEFAULT_PRICE_OUT})")  # fmt: skip
 
@@ -47,7 +52,9 @@ def _price(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a price: {text!r} (USD per million tokens)") from None
+        raise argparse.ArgumentTypeError(
+            f"not a price: {text!r} (USD per million tokens)"
+        ) from None
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"a price is >= 0, not {text}")
     return value

@@ -142,9 +142,7 @@ class Figures:
         corrections = []
         for tool, taken in r.declared.items():
             self.assumed.setdefault(tool, collections.Counter())[taken] += 1
-        result_tokens = [
-            tokens.count(s.result, r.run.calls[s.step].full_size()) for s in r.steps
-        ]
+        result_tokens = [tokens.count(s.result, r.run.calls[s.step].full_size()) for s in r.steps]
         corrected: dict[int, int] = {}
         for s in r.steps:
             per_tool = tools.get(s.tool) or tools.setdefault(s.tool, Tally())
@@ -242,7 +240,9 @@ class Figures:
         sources = {}
         for name, tally in self.sources.items():
             figs = tally.figures()
-            figs["tools"] = {tool: t.figures() for tool, t in sorted(self.tools[name].items())}
+            figs["tools"] = {
+                tool: _calls_only(t.figures()) for tool, t in sorted(self.tools[name].items())
+            }
             sources[name] = figs
         p = self.prices
         return {
@@ -252,9 +252,21 @@ class Figures:
             "tokens_method": tokens.method(),
             "assumptions": self.assumptions(),
             "examples": self.examples,
-            "prices": {"input_per_million": p.input, "output_per_million": p.output,
-                       "source": "given" if p.given else "default (an assumption)"},  # fmt: skip
+            "prices": {
+                "input_per_million": p.input,
+                "output_per_million": p.output,
+                "source": "given" if p.given else "default (an assumption)",
+            },
         }
+
+
+def _calls_only(figs: dict[str, Any]) -> dict[str, Any]:
+    """A tool's figures: its calls' (runs, turns and money belong to runs, not tools)."""
+    for key in ("money", "runs", "runs_corrected", "stops", "runs_with_outcome", "succeeded",
+                "stopped_succeeded", "corrected_succeeded", "stop_rate_ci", "false_kill_rate_ci",
+                "stop_signals", "not_replayed"):  # fmt: skip
+        figs.pop(key, None)
+    return figs
 
 
 def _event(s: Step) -> list[Any]:

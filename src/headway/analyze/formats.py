@@ -199,10 +199,7 @@ def read(path: Path, fmt: str = "auto", *, listed: bool = False) -> Iterator[Run
             yield Problem(str(path), 0, message, skip)
             return
         fmt = found[0]
-    if isinstance(found, tuple):
-        jsonl = found[1]
-    else:
-        jsonl = path.name.endswith((".jsonl", ".jsonl.gz"))
+    jsonl = found[1] if isinstance(found, tuple) else path.name.endswith((".jsonl", ".jsonl.gz"))
     calls = runs = problems = 0
     for item in _reader(path, fmt, jsonl):
         if isinstance(item, Run):

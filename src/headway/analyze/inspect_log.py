@@ -16,7 +16,9 @@ from .chat import _run
 def is_eval(path: Path) -> bool:
     try:
         with zipfile.ZipFile(path) as z:
-            return any(n.startswith("samples/") for n in z.namelist()) or "header.json" in z.namelist()
+            return (
+                any(n.startswith("samples/") for n in z.namelist()) or "header.json" in z.namelist()
+            )
     except (zipfile.BadZipFile, OSError):
         return False
 
@@ -25,7 +27,9 @@ def read(path: Path) -> Iterator[Run | Problem]:
     source = path.name.split(".")[0]
     try:
         with zipfile.ZipFile(path) as z:
-            names = sorted(n for n in z.namelist() if n.startswith("samples/") and n.endswith(".json"))
+            names = sorted(
+                n for n in z.namelist() if n.startswith("samples/") and n.endswith(".json")
+            )
             for name in names:
                 try:
                     sample = json.loads(z.read(name))

@@ -50,7 +50,9 @@ class RunCost:
         return p.cost(self.input_tokens, self.output_tokens)
 
     def after(self, p: Prices) -> float:
-        return p.cost(self.input_tokens - self.input_avoided, self.output_tokens - self.output_avoided)
+        return p.cost(
+            self.input_tokens - self.input_avoided, self.output_tokens - self.output_avoided
+        )
 
 
 def _args_chars(args: Any) -> int:

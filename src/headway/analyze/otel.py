@@ -63,8 +63,10 @@ def _tool(name: str, attrs: Mapping[str, Any]) -> tuple[str, Any, Any] | None:
         tool = attrs.get("gen_ai.tool.name") or name.removeprefix("execute_tool").strip()
         return tool, attrs.get("gen_ai.tool.call.arguments"), attrs.get("gen_ai.tool.call.result")
     if name == "running tool" or "tool_arguments" in attrs:  # pydantic-ai/Logfire, before v3
-        return attrs.get("gen_ai.tool.name") or "", attrs.get("tool_arguments"), attrs.get(
-            "tool_response"
+        return (
+            attrs.get("gen_ai.tool.name") or "",
+            attrs.get("tool_arguments"),
+            attrs.get("tool_response"),
         )
     if attrs.get("openinference.span.kind") == "TOOL":  # OpenInference (Phoenix, Arize)
         return attrs.get("tool.name") or name, attrs.get("input.value"), attrs.get("output.value")
@@ -86,9 +88,11 @@ def _usage(attrs: Mapping[str, Any]) -> tuple[int, int] | None:
 
 def _is_model_call(name: str, attrs: Mapping[str, Any]) -> bool:
     op = attrs.get("gen_ai.operation.name")
-    return op in ("chat", "text_completion", "generate_content") or attrs.get(
-        "openinference.span.kind"
-    ) == "LLM" or name.startswith("chat ")
+    return (
+        op in ("chat", "text_completion", "generate_content")
+        or attrs.get("openinference.span.kind") == "LLM"
+        or name.startswith("chat ")
+    )
 
 
 def _span(span: Mapping[str, Any]) -> tuple[str, float, Call | tuple[int, int] | None] | None:

@@ -173,8 +173,12 @@ def replay(run: Run, config: Path | None = None) -> Replayed:
         name = registered_name(call, args)
         spec = gov.spec(name)
         if spec is None:
+            options: dict[str, Any]
             if name.endswith(DYNAMIC_SUFFIX):
-                options, why = {"effect": "read"}, "default: a time-dependent command (never cached)"
+                options, why = (
+                    {"effect": "read"},
+                    "default: a time-dependent command (never cached)",
+                )
             else:
                 options, why = declare(call)
             if name in configured:

@@ -66,10 +66,10 @@ def _run(conv: Any, source: str, run_id: str) -> Run:
             pending[str(item.get("call_id"))] = call
             run.calls.append(call)
         elif kind == "function_call_output":
-            call = pending.get(str(item.get("call_id")))
-            if call is not None:
+            answered = pending.get(str(item.get("call_id")))
+            if answered is not None:
                 output = item.get("output")
-                call.result = output if isinstance(output, str) else text_of(output)
+                answered.result = output if isinstance(output, str) else text_of(output)
         else:
             in_calls = False
         context += len(json.dumps(item, default=str))
@@ -93,8 +93,12 @@ def read(path: Path, *, jsonl: bool) -> Iterator[Run | Problem]:
             continue
         number, doc = item
         # a list of conversations (lists, or objects that are no item) or one of items
-        many = isinstance(doc, list) and bool(doc) and all(
-            isinstance(c, list) or (isinstance(c, Mapping) and "type" not in c) for c in doc
+        many = (
+            isinstance(doc, list)
+            and bool(doc)
+            and all(
+                isinstance(c, list) or (isinstance(c, Mapping) and "type" not in c) for c in doc
+            )
         )
         convs = doc if many else [doc]
         for k, conv in enumerate(convs, 1):
