@@ -64,13 +64,14 @@ def digest(text: str) -> str:
 def usage_of(usage: Any) -> tuple[int, int] | None:
     """(input, output) tokens of a recorded usage object: OpenAI's ``prompt_tokens`` /
     ``completion_tokens``, or ``input_tokens`` / ``output_tokens`` (Anthropic, Responses,
-    Agents SDK; Anthropic's cache reads and writes are input too); None when it has none."""
+    Agents SDK; Anthropic's cache reads and writes are input too); None when it has none
+    (or records no input at all: a test model's zeros)."""
     if not isinstance(usage, dict):
         return None
     tin = usage.get("input_tokens", usage.get("prompt_tokens"))
     tout = usage.get("output_tokens", usage.get("completion_tokens"))
-    if not isinstance(tin, int) or isinstance(tin, bool):
-        return None
+    if not isinstance(tin, int) or isinstance(tin, bool) or tin <= 0:
+        return None  # a model call reads something: zero means not measured
     extra = [usage.get(k) for k in ("cache_read_input_tokens", "cache_creation_input_tokens")]
     tin += sum(x for x in extra if isinstance(x, int))
     return tin, tout if isinstance(tout, int) and not isinstance(tout, bool) else 0

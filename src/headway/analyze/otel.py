@@ -59,15 +59,15 @@ def _attrs(span: Mapping[str, Any]) -> dict[str, Any]:
 
 def _tool(name: str, attrs: Mapping[str, Any]) -> tuple[str, Any, Any] | None:
     """(tool, arguments, result) of a tool span in any of the three conventions, or None."""
-    if attrs.get("gen_ai.operation.name") == "execute_tool" or name.startswith("execute_tool"):
-        tool = attrs.get("gen_ai.tool.name") or name.removeprefix("execute_tool").strip()
-        return tool, attrs.get("gen_ai.tool.call.arguments"), attrs.get("gen_ai.tool.call.result")
     if name == "running tool" or "tool_arguments" in attrs:  # pydantic-ai/Logfire, before v3
         return (
             attrs.get("gen_ai.tool.name") or "",
             attrs.get("tool_arguments"),
             attrs.get("tool_response"),
         )
+    if attrs.get("gen_ai.operation.name") == "execute_tool" or name.startswith("execute_tool"):
+        tool = attrs.get("gen_ai.tool.name") or name.removeprefix("execute_tool").strip()
+        return tool, attrs.get("gen_ai.tool.call.arguments"), attrs.get("gen_ai.tool.call.result")
     if attrs.get("openinference.span.kind") == "TOOL":  # OpenInference (Phoenix, Arize)
         return attrs.get("tool.name") or name, attrs.get("input.value"), attrs.get("output.value")
     return None
