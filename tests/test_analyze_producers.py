@@ -89,7 +89,7 @@ def _otlp(spans: list[Any]) -> dict[str, Any]:
 @pytest.mark.filterwarnings("ignore:Instrumentation format versions")
 @pytest.mark.parametrize("version", [2, 3, 5])
 def test_pydantic_ai_spans_of_each_instrumentation_version_are_read(
-    tmp_path: Path, version: int
+    tmp_path: Path, version: Any
 ) -> None:
     pytest.importorskip("pydantic_ai")
     from opentelemetry.sdk.trace import TracerProvider
