@@ -133,3 +133,38 @@ def test_pydantic_ai_spans_of_each_instrumentation_version_are_read(
         ("lookup", {"q": "a"}, "found a")
     ] * 2
     assert [run.usage[c.turn] for c in run.calls if c.turn is not None] == [(50, 5), (51, 5)]
+
+
+def test_langsmith_runs_serialised_by_its_own_schema_are_read(tmp_path: Path) -> None:
+    pytest.importorskip("langsmith")
+    import datetime
+    import uuid
+
+    from langsmith import schemas
+
+    root = uuid.uuid4()
+    start = datetime.datetime(2025, 3, 1, 10, 0, tzinfo=datetime.UTC)
+
+    def run(name: str, kind: str, k: int, **fields: Any) -> str:
+        rid = root if kind == "chain" else uuid.uuid4()
+        r = schemas.Run(id=rid, trace_id=root, name=name, run_type=kind,
+                        start_time=start + datetime.timedelta(seconds=k),
+                        dotted_order=f"20250301T1000{k:02d}000000Z{rid}",
+                        parent_run_id=None if kind == "chain" else root, **fields)  # fmt: skip
+        return r.model_dump_json() + "\n"
+
+    lines = [
+        run("agent", "chain", 0, inputs={"q": "go"}, outputs={}),
+        run("ChatOpenAI", "llm", 1, inputs={}, outputs={}, prompt_tokens=300, completion_tokens=20),
+        run("search", "tool", 2, inputs={"input": '{"q": "a"}'}, outputs={"output": "found a"}),
+        run("search", "tool", 3, inputs={"query": "a"}, outputs={"output": "x"}, error="boom"),
+    ]
+    path = tmp_path / "runs.jsonl"
+    path.write_text("".join(lines))
+    assert detect(path) == ("langsmith", True)
+    (r,) = _runs(path)
+    assert [(c.tool, c.args, c.result, c.error, c.turn) for c in r.calls] == [
+        ("search", {"q": "a"}, "found a", False, 0),
+        ("search", {"query": "a"}, "x", True, 0),
+    ]
+    assert r.usage == {0: (300, 20)} and r.run_id == str(root)
