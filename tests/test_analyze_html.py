@@ -94,7 +94,9 @@ def _probe(report: Path, tmp_path: Path, script: str) -> Path:
 PROBE = """
 const b = document.body.dataset;
 b.wide = document.documentElement.scrollWidth > window.innerWidth;
-b.wrapped = [...document.querySelectorAll('table.wide td:not(:first-child)')].filter(td => {
+const numeric = [...document.querySelectorAll('td')].filter(
+  td => /^[0-9][0-9,.%]*$/.test(td.textContent.trim()));
+b.wrapped = [...document.querySelectorAll('table.wide td:not(:first-child)'), ...numeric].filter(td => {
   const r = document.createRange(); r.selectNodeContents(td.firstChild);
   return r.getClientRects().length > 1; }).length;
 b.unnamed = [...document.querySelectorAll('svg')].filter(
@@ -160,6 +162,8 @@ def test_large_figures_never_break_mid_number_at_700_pixels(report: Path, tmp_pa
     for key in ("runs", "calls", "served", "oracle", "corrections", "stops", "tokens_saved"):
         figs[key] = 98_765_432
     result["sources"]["a_source_with_a_rather_long_name_of_its_own"] = figs
+    for taken in result["assumptions"]:
+        taken["runs"], taken["why"] = 98_765_432, taken["why"] * 4
     big = tmp_path / "big.html"
     big.write_text(render(result, []))
     probe = _probe(big, tmp_path, PROBE)

@@ -170,7 +170,7 @@ def summary(result: dict[str, Any], out: IO[str]) -> None:
 
 
 def _money(v: float | None) -> str:
-    return "n/a" if v is None else f"${v:,.4f}" if v < 1 else f"${v:,.2f}"
+    return "n/a" if v is None else f"${v:,.2f}" if v >= 0.01 else f"${v:.4f}"
 
 
 def _details(result: dict[str, Any], out: IO[str]) -> None:
@@ -194,14 +194,15 @@ def _details(result: dict[str, Any], out: IO[str]) -> None:
     )
     for when in ("before", "after"):
         lo, hi = m[f"cost_per_success_{when}_ci"]
+        value = m[f"cost_per_success_{when}"]
+        interval = f"95% interval {_money(lo)}-{_money(hi)}; " if value is not None else ""
         out.write(
-            f"cost per successful task {when}: {_money(m[f'cost_per_success_{when}'])} "
-            f"(95% interval {_money(lo)}-{_money(hi)}; {m[f'successes_{when}']} successes in "
-            f"{m['runs_with_outcome']} runs with an outcome)\n"
+            f"cost per successful task {when}: {_money(value)} ({interval}"
+            f"{m[f'successes_{when}']} successes in {m['runs_with_outcome']} runs with an outcome)\n"
         )
     out.write("assumptions: how each tool was taken, and why\n")
     for a in result["assumptions"]:
-        out.write(f"  {a['tool']}: {a['class']} ({a['why']}; {a['runs']} runs)\n")
+        out.write(f"  {a['tool'] or '(no name)'}: {a['class']} ({a['why']}; {a['runs']} runs)\n")
     if result["examples"]:
         out.write("what the model would have read (first examples of each kind)\n")
     for kind, texts in result["examples"].items():

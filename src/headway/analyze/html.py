@@ -34,8 +34,9 @@ table{width:100%;border-collapse:collapse;font-size:.82em;background:#fff}
 .scroll{overflow-x:auto;max-width:100%}
 th,td{border:1px solid #dde3ea;padding:3px 4px;text-align:right;white-space:nowrap}
 th{font-size:.92em}td small{color:#5a6675}
-th:first-child,td:first-child{text-align:left;white-space:normal;overflow-wrap:anywhere}
-table.wide{table-layout:auto}table.text td{text-align:left;white-space:normal;overflow-wrap:anywhere}
+th:first-child,td:first-child{text-align:left;white-space:normal;overflow-wrap:anywhere;min-width:10em}
+table.wide{table-layout:auto}
+table.text th,table.text td{text-align:left;white-space:normal;overflow-wrap:break-word}
 blockquote{margin:4px 0 10px;padding:6px 10px;background:#fff;border-left:4px solid #e69f00;font-size:.85em;white-space:pre-wrap;overflow-wrap:anywhere}
 .warn{background:#fff6d6;border:1px solid #e6c200;padding:6px 10px;border-radius:6px}
 td.bad{background:#fde2e2;font-weight:bold}
@@ -100,7 +101,9 @@ def _label(label: str, x: int, y: int) -> str:
     """A chart label on one or two lines, never silently cut (the full text on hover)."""
     if len(label) <= _LABEL:
         return f'<text x="{x}" y="{y}" font-size="12">{_e(label)}</text>'
-    first, rest = label[:_LABEL], label[_LABEL:]
+    cut = label.rfind(" ", 0, _LABEL + 1)  # between words when it can: "tool (source)"
+    cut = cut if cut > 0 else _LABEL
+    first, rest = label[:cut], label[cut:].lstrip()
     rest = rest if len(rest) <= _LABEL else rest[: _LABEL - 1] + "\u2026"
     return (
         f'<text x="{x}" y="{y - 6}" font-size="11"><title>{_e(label)}</title>{_e(first)}'
@@ -208,7 +211,7 @@ def _timeline(run: dict[str, Any]) -> str:
 
 
 def _money(v: float | None) -> str:
-    return "n/a" if v is None else f"${v:,.4f}" if v < 1 else f"${v:,.2f}"
+    return "n/a" if v is None else f"${v:,.2f}" if v >= 0.01 else f"${v:.4f}"
 
 
 def _cost(result: dict[str, Any]) -> str:
@@ -239,7 +242,7 @@ def _cost(result: dict[str, Any]) -> str:
 
 def _assumptions(result: dict[str, Any]) -> str:
     rows = "".join(
-        f"<tr><td>{_e(a['tool'])}</td><td>{_e(a['class'])}</td><td>{_e(a['why'])}</td>"
+        f"<tr><td>{_e(a['tool'] or '(no name)')}</td><td>{_e(a['class'])}</td><td>{_e(a['why'])}</td>"
         f"<td>{a['runs']}</td></tr>"
         for a in result["assumptions"]
     )

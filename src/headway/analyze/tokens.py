@@ -24,7 +24,8 @@ def _load(found: dict[str, Any]) -> None:
     except ImportError:
         found["missing"] = True
     except Exception as exc:  # no cached encoding and no network: fall back
-        found["error"] = f"{type(exc).__name__}: {exc}"[:200]
+        found["error"] = type(exc).__name__
+        found["detail"] = str(exc)[:200]
 
 
 @functools.cache
@@ -42,7 +43,8 @@ def _encoder() -> Any:
         _why["fallback"] = f"tiktoken's encoding did not load within {LOAD_TIMEOUT_S:g} s"
     else:
         _why["fallback"] = f"tiktoken's encoding could not be loaded ({found.get('error')})"
-    print(f"headway analyze: warning: {_why['fallback']}; counting characters / 4",
+    detail = f" ({found['detail']})" if found.get("detail") else ""
+    print(f"headway analyze: warning: {_why['fallback']}; counting characters / 4{detail}",
           file=sys.stderr)  # fmt: skip
     return None
 
