@@ -51,10 +51,12 @@ def test_openai_agents_sdk_trace_exports_are_read(tmp_path: Path) -> None:
                             function_call("lookup", {"q": "a"}, call_id="c3")],
                            [assistant_message("done")]])  # fmt: skip
     agents.set_trace_processors([Keep()])
+    agents.set_tracing_disabled(False)  # another test module may have turned tracing off
     try:
         asyncio.run(Runner.run(Agent("a", model=model, tools=[lookup]), "go"))
     finally:
         agents.set_trace_processors([])
+        agents.set_tracing_disabled(True)  # nothing left to export to
     path = tmp_path / "traces.jsonl"
     path.write_text("".join(json.dumps(e) + "\n" for e in exported))
     assert detect(path) == ("openai-agents", True)
