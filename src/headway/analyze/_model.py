@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import hashlib
 from typing import Any
 
@@ -75,3 +76,13 @@ def usage_of(usage: Any) -> tuple[int, int] | None:
     extra = [usage.get(k) for k in ("cache_read_input_tokens", "cache_creation_input_tokens")]
     tin += sum(x for x in extra if isinstance(x, int))
     return tin, tout if isinstance(tout, int) and not isinstance(tout, bool) else 0
+
+
+def iso_time(text: Any) -> float | None:
+    """Seconds since the epoch of an ISO 8601 time (``Z`` or an offset), or None."""
+    if not isinstance(text, str):
+        return None
+    try:
+        return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None

@@ -17,9 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from ._lines import records
-from ._model import Call, Problem, Run, usage_of
+from ._model import Call, Problem, Run, iso_time, usage_of
 from .chat import arguments, finish
-from .claude_code import _time
 
 
 def is_record(obj: Any) -> bool:
@@ -69,7 +68,7 @@ def read(path: Path, *, jsonl: bool) -> Iterator[Run | Problem]:
             output = span["output"]
             text = output if isinstance(output, str) else "" if output is None else str(output)
             run.calls.append(Call(str(span["name"] or ""), arguments(span["input"]), text, "",
-                                  time=_time(span["at"]), error=bool(span["error"]),
+                                  time=iso_time(span["at"]), error=bool(span["error"]),
                                   turn=turn if turn >= 0 else None))  # fmt: skip
         finish(run.calls)
         yield run

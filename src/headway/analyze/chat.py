@@ -167,7 +167,7 @@ def _run_id(meta: Mapping[str, Any], default: str) -> str:
     return str(meta.get("id") or meta.get("run_id") or default)
 
 
-def _run(conv: Any, source: str, default_id: str, anthropic: bool) -> Run:
+def run_of(conv: Any, source: str, default_id: str, anthropic: bool) -> Run:
     meta: Mapping[str, Any] = conv if isinstance(conv, Mapping) else {}
     messages = (meta.get("messages") or meta.get("traj")) if meta else conv
     if not isinstance(messages, list):
@@ -196,7 +196,7 @@ def read(path: Path, *, anthropic: bool, jsonl: bool) -> Iterator[Run | Problem]
         for k, conv in enumerate(convs, 1):
             default_id = f"{source}#{number or k}" + (f".{k}" if number and len(convs) > 1 else "")
             try:
-                yield _run(conv, source, default_id, anthropic)
+                yield run_of(conv, source, default_id, anthropic)
             except (ValueError, TypeError, AttributeError) as exc:
                 what = f"conversation {k}: " if len(convs) > 1 or not number else ""
                 yield Problem(str(path), number, f"{what}{exc}")

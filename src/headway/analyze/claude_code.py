@@ -13,13 +13,12 @@ continue in a later line).
 
 from __future__ import annotations
 
-import datetime as _dt
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from ._lines import json_lines
-from ._model import Call, Problem, Run, usage_of
+from ._model import Call, Problem, Run, iso_time, usage_of
 from .chat import finish, text_of
 
 
@@ -30,15 +29,6 @@ def is_line(obj: Any) -> bool:
         and "sessionId" in obj
         and isinstance(obj.get("message"), Mapping)
     )
-
-
-def _time(text: Any) -> float | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        return _dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 class _Session:
@@ -63,7 +53,7 @@ class _Session:
             for block in content if isinstance(content, list) else ():
                 if isinstance(block, Mapping) and block.get("type") == "tool_use":
                     call = Call(str(block.get("name", "")), block.get("input"), "", "",
-                                str(line.get("agentId") or ""), _time(line.get("timestamp")),
+                                str(line.get("agentId") or ""), iso_time(line.get("timestamp")),
                                 turn=turn)  # fmt: skip
                     self.pending[str(block.get("id"))] = call
                     self.run.calls.append(call)

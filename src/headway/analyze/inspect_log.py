@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ._model import Problem, Run
-from .chat import _run
+from .chat import run_of
 
 
 def is_eval(path: Path) -> bool:
@@ -33,7 +33,7 @@ def read(path: Path) -> Iterator[Run | Problem]:
             for name in names:
                 try:
                     sample = json.loads(z.read(name))
-                    yield _run(sample, source, name, anthropic=False)
+                    yield run_of(sample, source, name, anthropic=False)
                 except (ValueError, TypeError, AttributeError) as exc:
                     yield Problem(str(path), 0, f"{name}: {exc}")
     except (zipfile.BadZipFile, OSError) as exc:

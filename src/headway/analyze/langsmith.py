@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from ._lines import records
-from ._model import Call, Problem, Run
+from ._model import Call, Problem, Run, iso_time
 from .chat import arguments, finish
-from .claude_code import _time
 
 
 def is_record(obj: Any) -> bool:
@@ -72,7 +71,7 @@ def read(path: Path, *, jsonl: bool) -> Iterator[Run | Problem]:
                     run.usage[turn] = (tin, tout if isinstance(tout, int) else 0)
                 continue
             run.calls.append(Call(str(r["name"] or ""), _inputs(r["inputs"]), _output(r["outputs"]),
-                                  "", time=_time(r["at"]), error=bool(r["error"]),
+                                  "", time=iso_time(r["at"]), error=bool(r["error"]),
                                   turn=turn if turn >= 0 else None))  # fmt: skip
         finish(run.calls)
         yield run

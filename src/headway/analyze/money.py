@@ -16,7 +16,6 @@ import json
 import math
 from typing import Any
 
-from . import tokens
 from ._model import Run
 
 # list prices of a mid-range model (USD per million tokens): an assumption, said in the
@@ -113,7 +112,3 @@ def ratio_interval(n: int, sc: float, ss: float, scc: float, sss: float, scs: fl
     var = max(0.0, (scc - 2 * r * scs + r * r * sss) / (n - 1))
     half = 1.96 * math.sqrt(var / n) / (ss / n)
     return [round(max(0.0, r - half), 4), round(r + half, 4)]
-
-
-def count_tokens(text: str, size: int) -> int:
-    return tokens.count(text, size)
