@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+import headway
 from headway.cli import main
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"  # beside the repository
@@ -137,7 +138,10 @@ def test_the_report_names_how_each_tool_was_taken_and_why(
     (taken,) = json.loads(out.read_text())["assumptions"]
     assert (taken["tool"], taken["class"]) == ("search", "write")
     assert taken["why"].startswith("default: an unknown tool is a write")
-    assert "search: write (default: an unknown tool" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "search: write (default: an unknown tool" in text
+    assert f"assumptions: headway {headway.__version__}, the default policy, inputs {chats}" in text
+    assert json.loads(out.read_text())["command"]["headway"] == headway.__version__
     config = tmp_path / "policy.toml"
     config.write_text('[tools.search]\neffect = "read"\ndeterministic = true\n')
     assert main(["analyze", str(chats), "--config", str(config), "--json", str(out)]) == 0
@@ -217,6 +221,9 @@ def test_the_report_shows_what_the_model_would_have_read(
     assert "search" in corrections[0]["text"]  # names the call it corrects
     assert stops and stops[0]["text"].startswith("headway: stopped")
     assert corrections[0]["text"][:60] in capsys.readouterr().out.replace("\n", " ")
+    (flagged,) = json.loads(out.read_text())["runs"]  # and per flagged run
+    assert flagged["first_correction_text"] == corrections[0]["text"]
+    assert flagged["stop_text"] == stops[0]["text"]
 
 
 def test_corrected_runs_that_still_succeeded_are_counted(tmp_path: Path) -> None:

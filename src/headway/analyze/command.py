@@ -9,6 +9,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from .. import __version__
 from .._spec import make_spec
 from ..config import Config, load_config
 from ..errors import ConfigError
@@ -129,6 +130,7 @@ def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
     for w in warnings:
         print(f"headway analyze: warning: {w}", file=sys.stderr)
     result["command"] = {
+        "headway": __version__,
         "paths": [str(p) for p in args.paths],
         "config": str(args.config) if args.config else None,
         "format": args.fmt,
@@ -200,7 +202,14 @@ def _details(result: dict[str, Any], out: IO[str]) -> None:
             f"cost per successful task {when}: {_money(value)} ({interval}"
             f"{m[f'successes_{when}']} successes in {m['runs_with_outcome']} runs with an outcome)\n"
         )
-    out.write("assumptions: how each tool was taken, and why\n")
+    c = result["command"]
+    policy = (
+        f"--config {c['config']} over the default policy" if c["config"] else "the default policy"
+    )
+    out.write(
+        f"assumptions: headway {c['headway']}, {policy}, inputs {', '.join(c['paths'])} "
+        f"({c['format']} format); how each tool was taken, and why:\n"
+    )
     for a in result["assumptions"]:
         out.write(f"  {a['tool'] or '(no name)'}: {a['class']} ({a['why']}; {a['runs']} runs)\n")
     if result["examples"]:

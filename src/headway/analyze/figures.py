@@ -194,6 +194,9 @@ class Figures:
             if stopped:
                 t.stop_signals[r.stop_signal] += 1
         stale = any(s.served == "stale" for s in r.steps)
+        # what the model would have read first in this run, and at the stop
+        said = next((s.text[:800] for s in r.steps if s.correction and s.text), None)
+        last = r.steps[r.stop_step].text[:800] if stopped and r.stop_step is not None else None
         kept = self._timelines[0 if stale else 1 if stopped else 2]
         if (corrections or stopped or stale) and len(kept) < self.max_timelines:
             kept.append(
@@ -202,6 +205,8 @@ class Figures:
                     "run_id": r.run.run_id,
                     "succeeded": r.run.succeeded,
                     "steps": [_event(s) for s in r.steps],
+                    "first_correction_text": said,
+                    "stop_text": last,
                 }
             )
         if corrections or stopped:
@@ -214,6 +219,8 @@ class Figures:
                     "stop_step": r.stop_step,
                     "stop_signal": r.stop_signal or None,
                     "corrections": corrections,
+                    "first_correction_text": said,
+                    "stop_text": last or None,
                 }
             )
 

@@ -203,10 +203,16 @@ def _timeline(run: dict[str, Any]) -> str:
         if what not in ("executed", "served", "after_stop")
     ]
     verdict = {True: "succeeded", False: "failed", None: "no outcome recorded"}[run["succeeded"]]
+    said = "".join(
+        f"<p><small>{label}</small></p><blockquote>{_e(text)}</blockquote>"
+        for label, text in (("the first correction the model would have read", run.get("first_correction_text")),
+                            ("the stop", run.get("stop_text")))
+        if text
+    )  # fmt: skip
     return (
         f'<div class="run"><p><b>{_e(run["run_id"])}</b> ({_e(run["source"])}, '
         f"{len(steps)} calls, {verdict})</p>{''.join(out)}"
-        f"<p>{'; '.join(events[:12])}{' ...' if len(events) > 12 else ''}</p></div>"
+        f"<p>{'; '.join(events[:12])}{' ...' if len(events) > 12 else ''}</p>{said}</div>"
     )
 
 
@@ -252,6 +258,16 @@ def _assumptions(result: dict[str, Any]) -> str:
     )
 
 
+def _policy(result: dict[str, Any]) -> str:
+    c = result.get("command", {})
+    if not c:
+        return ""
+    policy = (
+        f"--config {c['config']} over the default policy" if c["config"] else "the default policy"
+    )
+    return f"headway {c['headway']}, {policy}; inputs: {', '.join(c['paths'])} ({c['format']})."
+
+
 def _examples(result: dict[str, Any]) -> str:
     if not result["examples"]:
         return "<p>headway would have sent no correction and stopped no run.</p>"
@@ -292,7 +308,8 @@ they succeeded.</small></p>
 when the input has it, else an estimate. Prices are per million tokens.</small></p>
 <h2>Repeats per tool</h2><div id="repeats">{_repeats_chart(result)}</div>
 <h2>Savings captured against the oracle</h2><div id="captured">{_captured_chart(result)}</div>
-<h2>How each tool was taken</h2><div id="assumptions">{_assumptions(result)}</div>
+<h2>How each tool was taken</h2><p>{_e(_policy(result))}</p>
+<div id="assumptions">{_assumptions(result)}</div>
 <h2>What the model would have read</h2><div id="examples">{_examples(result)}</div>
 <h2>Runs headway would have corrected or stopped</h2>{legend}
 <div id="timelines">{runs}</div>
