@@ -315,13 +315,18 @@ def test_langsmith_tool_runs_grouped_by_trace_in_dotted_order(tmp_path: Path) ->
     runs = [
         {"id": "b", "trace_id": "T", "run_type": "tool", "name": "search", "inputs": {"query": "x"}, "outputs": {"output": "two"}, "dotted_order": "1.3", "error": None},
         {"id": "a", "trace_id": "T", "run_type": "tool", "name": "search", "inputs": {"input": '{"query": "y"}'}, "outputs": {"output": "one"}, "dotted_order": "1.2", "error": "boom"},
-        {"id": "l", "trace_id": "T", "run_type": "llm", "name": "ChatOpenAI", "inputs": {}, "outputs": {}, "dotted_order": "1.1", "prompt_tokens": 90, "completion_tokens": 9},
+        {"id": "l", "trace_id": "T", "run_type": "llm", "name": "ChatOpenAI", "inputs": {}, "outputs": {}, "dotted_order": "1.1", "prompt_tokens": 90, "completion_tokens": 9, "total_cost": "0.0125"},
     ]  # fmt: skip
     path = tmp_path / "export.json"
     path.write_text(json.dumps(runs))
     run = _only(path, "langsmith")
     assert [(c.args, c.result, c.error) for c in run.calls] == [({"query": "y"}, "one", True), ({"query": "x"}, "two", False)]  # fmt: skip
     assert run.usage == {0: (90, 9)} and run.calls[0].turn == 0
+    assert run.cost == 0.0125
+    f = Figures()
+    f.add(replay(run))
+    money = f.result()["overall"]["money"]
+    assert (money["recorded_cost"], money["runs_with_recorded_cost"]) == (0.0125, 1)
 
 
 def test_responses_items_are_matched_by_call_id_and_a_response_usage_is_kept(

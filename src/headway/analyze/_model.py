@@ -42,6 +42,7 @@ class Run:
     # (``usage``), and the characters of the context it was sent (the transcript so far)
     usage: dict[int, tuple[int, int]] = dataclasses.field(default_factory=dict)
     context: dict[int, int] = dataclasses.field(default_factory=dict)
+    cost: float | None = None  # USD, when the export records what the run's model calls cost
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

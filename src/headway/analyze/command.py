@@ -194,6 +194,11 @@ def _details(result: dict[str, Any], out: IO[str]) -> None:
         f"cost at ${p['input_per_million']}/M input, ${p['output_per_million']}/M output "
         f"({p['source']}): {_money(m['cost_before'])} before, {_money(m['cost_after'])} after\n"
     )
+    if m["runs_with_recorded_cost"]:
+        out.write(
+            f"recorded cost (the export's own figure): {_money(m['recorded_cost'])} over "
+            f"{m['runs_with_recorded_cost']} runs\n"
+        )
     for when in ("before", "after"):
         lo, hi = m[f"cost_per_success_{when}_ci"]
         value = m[f"cost_per_success_{when}"]

@@ -68,13 +68,24 @@ class Tally:
         self.correction_signals: collections.Counter[str] = collections.Counter()
         self.tok: collections.Counter[str] = collections.Counter(dict.fromkeys(_MONEY, 0))
         self.cost = [0.0, 0.0]  # before, after
+        self.recorded = [0.0, 0]  # the exports' own cost (USD), and the runs that record one
         # per run with an outcome, for cost per success: n, Σc, Σs, Σc², Σs², Σcs (before, after)
         self.per_success = [[0.0] * 6, [0.0] * 6]
 
-    def add_cost(self, rc: RunCost, prices: Prices, succeeded: bool | None, stopped: bool) -> None:
+    def add_cost(
+        self,
+        rc: RunCost,
+        prices: Prices,
+        succeeded: bool | None,
+        stopped: bool,
+        recorded: float | None = None,
+    ) -> None:
         for key in _MONEY:
             self.tok[key] += getattr(rc, key)
         before, after = rc.before(prices), rc.after(prices)
+        if recorded is not None:
+            self.recorded[0] += recorded
+            self.recorded[1] += 1
         self.cost[0] += before
         self.cost[1] += after
         if succeeded is not None:
@@ -87,6 +98,10 @@ class Tally:
     def money(self) -> dict[str, Any]:
         out: dict[str, Any] = dict(self.tok)
         out["cost_before"], out["cost_after"] = round(self.cost[0], 4), round(self.cost[1], 4)
+        out["recorded_cost"], out["runs_with_recorded_cost"] = (
+            round(self.recorded[0], 4),
+            int(self.recorded[1]),
+        )
         for name, sums in (("before", self.per_success[0]), ("after", self.per_success[1])):
             n, sc, ss = int(sums[0]), sums[1], sums[2]
             out[f"cost_per_success_{name}"] = round(sc / ss, 4) if ss else None
@@ -185,7 +200,7 @@ class Figures:
             c["not_replayed"] += r.run.not_replayed
             c["runs_corrected"] += bool(corrections)
             c["stops"] += stopped
-            t.add_cost(rc, self.prices, r.run.succeeded, stopped)
+            t.add_cost(rc, self.prices, r.run.succeeded, stopped, r.run.cost)
             if r.run.succeeded is not None:
                 c["runs_with_outcome"] += 1
                 c["succeeded"] += r.run.succeeded

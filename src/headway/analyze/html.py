@@ -235,6 +235,9 @@ def _cost(result: dict[str, Any]) -> str:
         (f"cost at ${p['input_per_million']}/M in, ${p['output_per_million']}/M out ({p['source']})",
          f"{_money(m['cost_before'])} before, {_money(m['cost_after'])} after"),
     ]  # fmt: skip
+    if m["runs_with_recorded_cost"]:
+        rows.append(("recorded cost (the export's own figure)",
+                     f"{_money(m['recorded_cost'])} over {m['runs_with_recorded_cost']} runs"))  # fmt: skip
     for when in ("before", "after"):
         lo, hi = m[f"cost_per_success_{when}_ci"]
         value = m[f"cost_per_success_{when}"]

@@ -4,12 +4,13 @@ line or a document (a list, or ``{"runs": [...]}``).
 A run with ``run_type`` ``tool`` is a tool call: ``name``, ``inputs`` (a tool given one
 string records ``{"input": TEXT}``) and ``outputs`` (``{"output": ...}``); ``error`` marks
 a failure. ``llm`` runs are model turns, with ``prompt_tokens`` / ``completion_tokens``
-when recorded. Runs are grouped by ``trace_id`` (the root run's id) and ordered by
+and ``total_cost`` (USD) when recorded. Runs are grouped by ``trace_id`` (the root run's id) and ordered by
 ``dotted_order`` (else ``start_time``). A file's runs are held until its end.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -56,7 +57,8 @@ def read(path: Path, *, jsonl: bool) -> Iterator[Run | Problem]:
         slim = {"kind": kind, "name": rec.get("name"), "inputs": rec.get("inputs"),
                 "outputs": rec.get("outputs"), "error": rec.get("error"),
                 "at": rec.get("start_time"), "tokens": (rec.get("prompt_tokens"),
-                                                        rec.get("completion_tokens"))}  # fmt: skip
+                                                        rec.get("completion_tokens")),
+                "cost": rec.get("total_cost")}  # fmt: skip
         trace = str(rec.get("trace_id") or rec.get("id"))
         runs = traces.setdefault(trace, [])
         runs.append((order, len(runs), slim))
@@ -67,8 +69,12 @@ def read(path: Path, *, jsonl: bool) -> Iterator[Run | Problem]:
             if r["kind"] == "llm":
                 turn += 1
                 tin, tout = r["tokens"]
-                if isinstance(tin, int):
+                if isinstance(tin, int) and tin > 0:
                     run.usage[turn] = (tin, tout if isinstance(tout, int) else 0)
+                cost = r["cost"]
+                if isinstance(cost, int | float | str) and not isinstance(cost, bool):
+                    with contextlib.suppress(ValueError):  # a Decimal arrives as JSON text
+                        run.cost = (run.cost or 0.0) + float(cost)
                 continue
             run.calls.append(Call(str(r["name"] or ""), _inputs(r["inputs"]), _output(r["outputs"]),
                                   "", time=iso_time(r["at"]), error=bool(r["error"]),
