@@ -145,7 +145,7 @@ def _detect(path: Path) -> tuple[str, bool] | str:
     if kind is not None:
         return kind, False
     return (
-        f"JSON, but not a recognised trace format ({_shape(doc)}); name one with --format "
+        f"JSON of no known trace shape ({_shape(doc)}); name one with --format "
         f"({', '.join(FORMATS[1:])})"
     )
 
