@@ -124,7 +124,7 @@ def test_pydantic_ai_spans_of_each_instrumentation_version_are_read(
     )
     Agent.instrument_all(settings)
     try:
-        agent.run_sync("go")
+        asyncio.run(agent.run("go"))  # its own loop, closed after (run_sync leaves one open)
     finally:
         Agent.instrument_all(False)
     path = tmp_path / "spans.json"
