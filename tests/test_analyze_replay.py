@@ -106,6 +106,7 @@ def test_wilson_interval_matches_the_formula() -> None:
 
 def test_tokens_fall_back_to_four_characters_a_token(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tokens, "_encoder", lambda: None)
+    monkeypatch.setitem(tokens._why, "fallback", "")  # tiktoken not installed
     assert tokens.count("abcd" * 10) == 10
     assert tokens.count("abcd" * 10, size=400) == 100  # a cut result counts in full
     assert tokens.method() == "characters / 4"

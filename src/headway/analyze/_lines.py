@@ -33,11 +33,16 @@ def json_lines(path: Path) -> Iterator[tuple[int, Any] | Problem]:
                 try:
                     yield number, json.loads(line)
                 except json.JSONDecodeError as exc:
-                    yield Problem(
-                        str(path), number, f"not valid JSON ({exc.msg}, column {exc.colno})"
-                    )
+                    yield Problem(str(path), number, _bad_line(line, number, exc))
     except (EOFError, OSError, zlib.error) as exc:
         yield Problem(str(path), number + 1, f"file ends early or is corrupt ({exc})")
+
+
+def _bad_line(line: str, number: int, exc: json.JSONDecodeError) -> str:
+    if not line.endswith("\n"):
+        # only the last line of a file can lack its newline: the file was cut there
+        return f"truncated at line {number}: the file ends inside this line's JSON ({exc.msg})"
+    return f"not valid JSON ({exc.msg}, column {exc.colno})"
 
 
 def json_document(path: Path) -> Any | Problem:
@@ -46,6 +51,36 @@ def json_document(path: Path) -> Any | Problem:
         with open_text(path) as fh:
             return json.load(fh)
     except json.JSONDecodeError as exc:
+        if not exc.doc.strip():
+            return Problem(str(path), 0, "empty file: no JSON in it")
+        if exc.pos >= len(exc.doc.rstrip()):
+            return Problem(
+                str(path),
+                exc.lineno,
+                f"truncated at line {exc.lineno}: the JSON document ends before it is complete",
+            )
         return Problem(str(path), exc.lineno, f"not valid JSON ({exc.msg}, column {exc.colno})")
     except (EOFError, OSError, zlib.error) as exc:
         return Problem(str(path), 0, f"file ends early or is corrupt ({exc})")
+
+
+def records(
+    path: Path, jsonl: bool, wrappers: tuple[str, ...]
+) -> Iterator[tuple[int, Any] | Problem]:
+    """The records of a file of records: JSONL (a record, or a list of them, a line) or one
+    JSON document (a list, or an object holding the list under one of ``wrappers``)."""
+    if jsonl:
+        items: Iterator[tuple[int, Any] | Problem] = json_lines(path)
+    else:
+        doc = json_document(path)
+        items = iter([doc if isinstance(doc, Problem) else (0, doc)])
+    for item in items:
+        if isinstance(item, Problem):
+            yield item
+            continue
+        number, obj = item
+        if isinstance(obj, dict):
+            inner = next((obj[k] for k in wrappers if isinstance(obj.get(k), list)), None)
+            obj = inner if inner is not None else obj
+        for rec in obj if isinstance(obj, list) else [obj]:
+            yield number, rec

@@ -88,26 +88,36 @@ def shell_resources(args: Mapping[str, Any]) -> tuple[str, ...] | None:
     return _resources_of(command) if isinstance(command, str) else None
 
 
-def declaration(call: Call) -> dict[str, Any]:
-    """The ``register`` options for the tool of this call (see the module docstring)."""
+def declare(call: Call) -> tuple[dict[str, Any], str]:
+    """The ``register`` options for the tool of this call (see the module docstring), and
+    why: the rule of the default policy, or the recorded flag, that gave them."""
     tool, hints = call.tool, call.hints
     if hints.get("kind") == "delegation" or tool.startswith("delegate:"):
-        return {"effect": "read"}
-    if tool in VIEW_TOOLS or tool in UNCACHED_READS:
-        return {"effect": "read"}
+        return {"effect": "read"}, "default: a delegation to a sub-agent (never cached)"
+    if tool in VIEW_TOOLS:
+        return {"effect": "read"}, "default: a view tool (its result is the page seen next)"
+    if tool in UNCACHED_READS:
+        return {"effect": "read"}, "default: a read whose result changes (never cached)"
     if hints.get("side_effect") is True:
-        return {"effect": "write"}
+        return {"effect": "write"}, "recorded side_effect: true"
     if hints.get("side_effect") is False:
-        return {"effect": "read", "deterministic": True}
+        return {"effect": "read", "deterministic": True}, "recorded side_effect: false"
     if tool == "Read":
-        return {"effect": "read", "deterministic": True, "resources": _path}
+        options = {"effect": "read", "deterministic": True, "resources": _path}
+        return options, "default: Claude Code's file read (names its file)"
     if tool in ("Glob", "Grep", "LS"):  # directory reads: any write may change them
-        return {"effect": "read", "deterministic": True}
+        return {"effect": "read", "deterministic": True}, "default: a directory read"
     if tool in ("Write", "Edit", "MultiEdit", "NotebookEdit"):
-        return {"effect": "write", "resources": _path}
+        return {"effect": "write", "resources": _path}, "default: a file write (names its file)"
     if tool.lower() in SHELL_TOOLS:
-        return {"effect": shell_effect, "deterministic": True, "resources": shell_resources}
-    return {"effect": "write"}
+        options = {"effect": shell_effect, "deterministic": True, "resources": shell_resources}
+        return options, "default: a shell tool, read or write by its command (headway.shell)"
+    return {"effect": "write"}, "default: an unknown tool is a write (executed, never cached)"
+
+
+def declaration(call: Call) -> dict[str, Any]:
+    """The ``register`` options for the tool of this call (see ``declare``)."""
+    return declare(call)[0]
 
 
 def registered_name(call: Call, args: Mapping[str, Any]) -> str:

@@ -1,9 +1,20 @@
 """OpenTelemetry GenAI spans exported as OTLP JSON (a document, or JSONL of exports).
 
-Tool calls are the ``execute_tool`` spans (``gen_ai.operation.name``, or a span name
-starting with ``execute_tool``) with ``gen_ai.tool.name``, ``gen_ai.tool.call.arguments``
-and ``gen_ai.tool.call.result``. A run is a ``gen_ai.conversation.id``, else a trace;
-calls are ordered by start time. Spans of one trace may be anywhere in the file, so a
+Tool calls are, in the three conventions in use:
+
+- GenAI semantic conventions: ``execute_tool`` spans (``gen_ai.operation.name``, or a
+  span name starting with ``execute_tool``) with ``gen_ai.tool.name``,
+  ``gen_ai.tool.call.arguments`` and ``gen_ai.tool.call.result`` (pydantic-ai from its
+  instrumentation version 3);
+- pydantic-ai/Logfire's default spans before that: ``running tool``, with
+  ``gen_ai.tool.name``, ``tool_arguments`` and ``tool_response``;
+- OpenInference (Phoenix, Arize): ``openinference.span.kind = TOOL`` with ``tool.name``,
+  ``input.value`` and ``output.value``.
+
+Model calls (``chat`` spans, OpenInference ``LLM`` spans) are turns, with their tokens
+when recorded (``gen_ai.usage.input_tokens`` / ``output_tokens``,
+``llm.token_count.prompt`` / ``completion``). A run is a ``gen_ai.conversation.id`` (or
+``session.id``), else a trace; calls are ordered by start time. Spans of one trace may be anywhere in the file, so a
 file's tool spans (their attributes only) are held until its end.
 """
 
@@ -42,27 +53,68 @@ def spans(export: Any) -> Iterator[Mapping[str, Any]]:
             yield from ss.get("spans") or ()
 
 
-def _tool_call(span: Mapping[str, Any]) -> tuple[str, float, Call] | None:
-    attrs = {a["key"]: value(a.get("value")) for a in span.get("attributes") or ()}
+def _attrs(span: Mapping[str, Any]) -> dict[str, Any]:
+    return {a["key"]: value(a.get("value")) for a in span.get("attributes") or ()}
+
+
+def _tool(name: str, attrs: Mapping[str, Any]) -> tuple[str, Any, Any] | None:
+    """(tool, arguments, result) of a tool span in any of the three conventions, or None."""
+    if name == "running tool" or "tool_arguments" in attrs:  # pydantic-ai/Logfire, before v3
+        return (
+            attrs.get("gen_ai.tool.name") or "",
+            attrs.get("tool_arguments"),
+            attrs.get("tool_response"),
+        )
+    if attrs.get("gen_ai.operation.name") == "execute_tool" or name.startswith("execute_tool"):
+        tool = attrs.get("gen_ai.tool.name") or name.removeprefix("execute_tool").strip()
+        return tool, attrs.get("gen_ai.tool.call.arguments"), attrs.get("gen_ai.tool.call.result")
+    if attrs.get("openinference.span.kind") == "TOOL":  # OpenInference (Phoenix, Arize)
+        return attrs.get("tool.name") or name, attrs.get("input.value"), attrs.get("output.value")
+    return None
+
+
+def _usage(attrs: Mapping[str, Any]) -> tuple[int, int] | None:
+    """A model call's recorded tokens: GenAI ``gen_ai.usage.*`` or OpenInference
+    ``llm.token_count.*``."""
+    for tin, tout in (
+        ("gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens"),
+        ("llm.token_count.prompt", "llm.token_count.completion"),
+    ):
+        if isinstance(attrs.get(tin), int):
+            out = attrs.get(tout)
+            return int(attrs[tin]), int(out) if isinstance(out, int) else 0
+    return None
+
+
+def _is_model_call(name: str, attrs: Mapping[str, Any]) -> bool:
+    op = attrs.get("gen_ai.operation.name")
+    return (
+        op in ("chat", "text_completion", "generate_content")
+        or attrs.get("openinference.span.kind") == "LLM"
+        or name.startswith("chat ")
+    )
+
+
+def _span(span: Mapping[str, Any]) -> tuple[str, float, Call | tuple[int, int] | None] | None:
+    """(run, start, a Call) for a tool span, (run, start, usage or None) for a model call."""
+    attrs = _attrs(span)
     name = str(span.get("name", ""))
-    if attrs.get("gen_ai.operation.name") != "execute_tool" and not name.startswith("execute_tool"):
-        return None
-    tool = attrs.get("gen_ai.tool.name") or name.removeprefix("execute_tool").strip()
-    raw = attrs.get("gen_ai.tool.call.arguments")
+    start = int(span.get("startTimeUnixNano") or 0) / 1e9
+    run = str(attrs.get("gen_ai.conversation.id") or attrs.get("session.id") or
+              span.get("traceId") or "trace")  # fmt: skip
+    found = _tool(name, attrs)
+    if found is None:
+        return (run, start, _usage(attrs)) if _is_model_call(name, attrs) else None
+    tool, raw, result = found
     try:
         args = json.loads(raw) if isinstance(raw, str) else raw
     except json.JSONDecodeError:
         args = raw
-    result = attrs.get("gen_ai.tool.call.result")
     text = result if isinstance(result, str) else "" if result is None else json.dumps(result)
-    start = int(span.get("startTimeUnixNano") or 0) / 1e9
     status = span.get("status") or {}
     error = status.get("code") in (2, "STATUS_CODE_ERROR") or "error.type" in attrs
-    run = attrs.get("gen_ai.conversation.id") or span.get("traceId") or "trace"
-    call = Call(
-        str(tool), args, text, digest(text), str(attrs.get("gen_ai.agent.name") or ""), start, error
-    )
-    return str(run), start, call
+    agent = str(attrs.get("gen_ai.agent.name") or attrs.get("agent_name") or "")
+    return run, start, Call(str(tool), args, text, digest(text), agent, start, error)
 
 
 def read(path: Path, *, jsonl: bool) -> Iterator[Run | Problem]:
@@ -72,7 +124,7 @@ def read(path: Path, *, jsonl: bool) -> Iterator[Run | Problem]:
     else:
         doc = json_document(path)
         exports = iter([doc if isinstance(doc, Problem) else (0, doc)])
-    runs: dict[str, list[tuple[float, int, Call]]] = {}
+    runs: dict[str, list[tuple[float, int, Call | tuple[int, int] | None]]] = {}
     for item in exports:
         if isinstance(item, Problem):
             yield item
@@ -80,11 +132,21 @@ def read(path: Path, *, jsonl: bool) -> Iterator[Run | Problem]:
         number, export = item
         try:
             for span in spans(export):
-                found = _tool_call(span)
+                found = _span(span)
                 if found is not None:
-                    calls = runs.setdefault(found[0], [])
-                    calls.append((found[1], len(calls), found[2]))
+                    events = runs.setdefault(found[0], [])
+                    events.append((found[1], len(events), found[2]))
         except (ValueError, TypeError, AttributeError, KeyError) as exc:
             yield Problem(str(path), number, str(exc))
-    for run_id, calls in runs.items():
-        yield Run(source, run_id, [c for _, _, c in sorted(calls, key=lambda t: t[:2])])
+    for run_id, events in runs.items():
+        run = Run(source, run_id, [])
+        turn = -1
+        for _, _, event in sorted(events, key=lambda t: t[:2]):
+            if isinstance(event, Call):
+                event.turn = turn if turn >= 0 else None
+                run.calls.append(event)
+            else:
+                turn += 1
+                if event is not None:
+                    run.usage[turn] = event
+        yield run

@@ -17,10 +17,12 @@ from typing import Any
 
 from .._canonical import canonical_json
 from .._session import Governor
+from .._spec import ToolSpec
+from ..detectors import Monitor, Verdict
 from ..errors import ArgumentError
 from ..stores import MemoryStore
 from ._model import Call, Run
-from .declare import DYNAMIC_SUFFIX, declaration, registered_name
+from .declare import DYNAMIC_SUFFIX, declare, registered_name
 
 # a harness that answers a repeated read of an unchanged file with a stub (Claude Code):
 # the recording then differs from the served content although the file did not change
@@ -43,6 +45,8 @@ class Step:
     mark: str
     result: str
     malformed: str = ""  # arguments headway refused (ArgumentError), with the reason
+    read: bool = False  # the call was a read under the policy (the oracle counts reads only)
+    text: str = ""  # what the model would have read instead: the correction, or the stop
 
 
 @dataclasses.dataclass(slots=True)
@@ -51,6 +55,8 @@ class Replayed:
     steps: list[Step]
     stop_step: int | None = None
     stop_signal: str = ""
+    # tool -> (class, why): how the policy took each tool of the run
+    declared: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
 
 
 class RecordedError(Exception):
@@ -99,6 +105,50 @@ def signal_of(signals: Mapping[str, Any]) -> str:
     return next(iter(signals), "no_progress")
 
 
+def klass(spec: ToolSpec) -> str:
+    """How a spec is taken: ``read``, ``uncached read``, ``write``, or ``by command``."""
+    if callable(spec.effect):
+        return "read or write by command"
+    if spec.effect == "write":
+        return "write"
+    return "read" if spec.cacheable() else "uncached read"
+
+
+def _said(monitor: Monitor) -> dict[str, Any]:
+    """What the session's monitor decides to tell the model, kept as it is said: shadow
+    mode computes every correction and stop, and shows the model none of them."""
+    said: dict[str, Any] = {}
+
+    class Said(type(monitor)):  # type: ignore[misc]  # the same slots: a view of the same object
+        __slots__ = ()
+
+        def before(self, *args: Any, **kwargs: Any) -> str | None:
+            text: str | None = super().before(*args, **kwargs)
+            if text:
+                said["text"] = text
+            return text
+
+        def after(self, *args: Any, **kwargs: Any) -> Verdict:
+            v: Verdict = super().after(*args, **kwargs)
+            if v.correction:
+                said["text"] = v.correction
+            if v.stop is not None:
+                said["stop"] = v.stop
+            return v
+
+    monitor.__class__ = Said
+    return said
+
+
+def stop_text(diagnostic: Mapping[str, Any]) -> str:
+    """The stop as the run would have ended: its signal, limit and suggestion."""
+    return (
+        f"headway: stopped ({diagnostic.get('signal') or diagnostic.get('terminated_by')}, "
+        f"{diagnostic.get('consumed')} of {diagnostic.get('limit')} steps without progress). "
+        f"{diagnostic.get('suggestion', '')}"
+    ).strip()
+
+
 def replay(run: Run, config: Path | None = None) -> Replayed:
     """Replay one run (a fresh Governor: runs share nothing, memory stays flat)."""
     capture = _Capture()
@@ -112,6 +162,8 @@ def replay(run: Run, config: Path | None = None) -> Replayed:
         return current["value"]
 
     session = gov.session(run.run_id)
+    said = _said(session._st.monitor)
+    configured = gov.tool_config
     out = Replayed(run, [])
     previous: dict[str, str] = {}  # call identity -> result_id of its previous occurrence
     producer: dict[str, str] = {}  # call identity -> result_id a cache would hold
@@ -119,10 +171,21 @@ def replay(run: Run, config: Path | None = None) -> Replayed:
         now["t"] = call.time if call.time is not None else float(index)  # 1 s a call if untimed
         args = _args(call)
         name = registered_name(call, args)
-        if gov.spec(name) is None:
-            options = {"effect": "read"} if name.endswith(DYNAMIC_SUFFIX) else declaration(call)
+        spec = gov.spec(name)
+        if spec is None:
+            options: dict[str, Any]
+            if name.endswith(DYNAMIC_SUFFIX):
+                options, why = (
+                    {"effect": "read"},
+                    "default: a time-dependent command (never cached)",
+                )
+            else:
+                options, why = declare(call)
+            if name in configured:
+                why = f"config: [tools.{name}] " + ", ".join(sorted(configured[name]))
             # recorded results return at once: no attempt thread (a --config timeout still applies)
-            gov.register(name, tool, **{"timeout": None, **options})
+            spec = gov.register(name, tool, **{"timeout": None, **options})
+            out.declared[name] = (klass(spec), why)
         current["value"], current["error"] = call.result, call.error
         identity = _identity(name, args)
         before = previous.get(identity)
@@ -131,6 +194,8 @@ def replay(run: Run, config: Path | None = None) -> Replayed:
         step = Step(index, call.tool, before is not None, before == call.result_id, "", "",
                     stopped, False, {}, "", call.result)  # fmt: skip
         out.steps.append(step)
+        step.read = spec.effect_for(args) == "read"
+        said.clear()
         try:
             session.call(name, args)
         except ArgumentError as exc:
@@ -141,8 +206,11 @@ def replay(run: Run, config: Path | None = None) -> Replayed:
         if stopped:
             continue
         step.correction = step.would == "correct" or bool(rec["correction"])
+        if step.correction:
+            step.text = str(said.get("text") or "")
         if step.would == "stop":
             out.stop_step, out.stop_signal = index, signal_of(step.signals)
+            step.text = stop_text(said["stop"]) if "stop" in said else step.text
         if step.would == "cache":
             held = producer.get(identity)
             if held == call.result_id:
