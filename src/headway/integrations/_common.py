@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._canonical import canonical_json, digest
 from ..errors import BudgetExceeded, Stop
+from ..outcome import Outcome, render
 
 if TYPE_CHECKING:
     from .._session import Governor
@@ -114,3 +115,16 @@ def caller_local(name: str, kind: type[Any] | tuple[type[Any], ...], depth: int 
 def fresh(prefix: str) -> str:
     """A new session id: a run the framework does not name is a session of its own."""
     return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def served(out: Outcome) -> Any:
+    """What the model reads for an answer headway served (cached, replayed, a fallback), in
+    the type the tool gave it: text gets headway's note (and any correction) appended, in
+    full; another value (a dict, a structured output) is returned as it is, since a note
+    would change its type, unless headway has a correction for the model, which then reads
+    headway's text."""
+    value = out.value
+    if isinstance(value, str):
+        full, head = out.to_model(), render(value)
+        return value + full[len(head) :] if full.startswith(head) else full
+    return value if out.correction is None else out.to_model()
