@@ -93,6 +93,7 @@ def test_a_deterministic_read_asked_three_times_runs_once_then_is_corrected() ->
     _run(gov, [company], claude, "a")
     assert runs == ["AAPL"]
     assert [bool(r.get("is_error")) for r in claude.results] == [False, False, True]
+    assert "stored result" in json.dumps(claude.results[1]["content"])  # a served answer
     assert "identical" in json.dumps(claude.results[2]["content"])
 
 

@@ -83,6 +83,7 @@ async def test_two_agents_share_the_cache_and_each_is_judged_on_its_own_calls() 
     # researcher, writer, researcher, writer, researcher
     assert runs == ["AAPL"]  # one execution for the whole team
     assert [r.is_error for r in results] == [False, False, False, False, True]
+    assert "stored result" in results[1].content  # the writer's answer was served
     assert "[agent researcher]" in results[4].content
     audit = gov.audit_records("team-1")
     assert [r["agent"] for r in audit] == ["researcher", "writer"] * 2 + ["researcher"]

@@ -87,6 +87,7 @@ def test_a_deterministic_read_asked_three_times_runs_once_then_is_corrected() ->
     assert runs == ["AAPL"]
     errors = [s.error for s in steps[:3]]
     assert errors[0] is None and errors[1] is None and errors[2] is not None
+    assert "stored result" in str(steps[1].observations)  # the note of a served answer
     assert "identical" in str(errors[2])
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._canonical import canonical_json, digest
 from ..errors import BudgetExceeded, Stop
-from ..outcome import Outcome, render
+from ..outcome import Outcome, Status, render
 
 if TYPE_CHECKING:
     from .._session import Governor
@@ -117,9 +117,17 @@ def fresh(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex}"
 
 
+def answer(out: Outcome) -> Any:
+    """What the model reads for a usable outcome: the tool's own value when it ran and
+    headway has nothing to add, else ``served(out)``."""
+    if out.status is Status.EXECUTED and out.correction is None:
+        return out.value
+    return served(out)
+
+
 def served(out: Outcome) -> Any:
-    """What the model reads for an answer headway served (cached, replayed, a fallback), in
-    the type the tool gave it: text gets headway's note (and any correction) appended, in
+    """What the model reads for an answer headway served (cached, replayed, a fallback) or
+    one with a correction, in the type the tool gave it: text gets headway's note (and any correction) appended, in
     full; another value (a dict, a structured output) is returned as it is, since a note
     would change its type, unless headway has a correction for the model, which then reads
     headway's text."""

@@ -27,7 +27,7 @@ from typing import Any
 from .._session import Governor, Session
 from ..errors import Stop
 from ..outcome import Outcome
-from ._common import caller_local, fresh, require, stop_text
+from ._common import answer, caller_local, fresh, require, stop_text
 
 require("anthropic", "anthropic")
 
@@ -102,7 +102,7 @@ class _Governed:
 
     def _answer(self, out: Outcome) -> Any:
         if out.ok:
-            return out.value
+            return answer(out)
         raise ToolError(out.to_model())  # an is_error tool result, with headway's text
 
     def _stopped(self, stop: Stop, runner: Any, run: _Run | None) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 from .._session import Governor
 from ..errors import Stop
 from ..outcome import Outcome
-from ._common import fresh, require, step_of, stop_text
+from ._common import answer, fresh, require, step_of, stop_text
 
 require("autogen_agentchat", "autogen")
 
@@ -164,7 +164,7 @@ class GovernedTool(_Governs, BaseTool[BaseModel, Any]):
         if isinstance(out, str) or not out.ok:
             # the workbench turns an exception into an error result with its text
             raise RuntimeError(out if isinstance(out, str) else out.to_model())
-        return out.value
+        return answer(out)
 
     def return_value_as_string(self, value: Any) -> str:
         return str(self.tool.return_value_as_string(value))
@@ -208,7 +208,7 @@ class GovernedWorkbench(_Governs, Workbench):
         out = await self._govern(name, arguments or {}, call_id, cancellation_token, run)
         if isinstance(out, str):
             return ToolResult(name=name, result=[TextResultContent(content=out)], is_error=True)
-        text = out.value if out.ok and isinstance(out.value, str) else out.to_model()
+        text = answer(out) if out.ok and isinstance(out.value, str) else out.to_model()
         return ToolResult(name=name, result=[TextResultContent(content=text)], is_error=not out.ok)
 
     async def start(self) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 
 from .._session import Governor
 from ..errors import Stop
-from ._common import require, stop_text
+from ._common import answer, require, stop_text
 
 require("crewai", "crewai")
 
@@ -138,7 +138,7 @@ class GovernedTool(BaseTool):
                 details={"headway": stop.diagnostic},
             )
         if out.ok:
-            return out.value
+            return answer(out)
         return ToolFailure(
             message=out.to_model(),
             code=(out.error or {}).get("code", out.status.value),

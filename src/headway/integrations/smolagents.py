@@ -19,7 +19,7 @@ from typing import Any
 
 from .._session import Governor, Session
 from ..errors import Stop
-from ._common import caller_local, fresh, require, stop_text
+from ._common import answer, caller_local, fresh, require, stop_text
 
 require("smolagents", "smolagents")
 
@@ -96,7 +96,7 @@ class GovernedTool(Tool):  # type: ignore[misc]  # smolagents is untyped
                 run.stop = stop
             raise HeadwayAnswer(stop_text(stop.diagnostic)) from None
         if out.ok:
-            return out.value
+            return answer(out)
         raise HeadwayAnswer(out.to_model())
 
 
