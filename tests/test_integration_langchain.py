@@ -105,7 +105,7 @@ def test_a_deterministic_read_repeated_3_times_runs_once_then_is_corrected(
     msgs = tool_messages(run(agent, mode))
     assert runs == ["acme"]  # one execution: the second is served, the third corrected
     assert [m.status for m in msgs] == ["success", "success", "error"]
-    assert msgs[1].content.startswith(OVERVIEW + "\n")  # the stored content, with the note
+    assert str(msgs[1].content).startswith(OVERVIEW + "\n")  # the stored content, and the note
     assert "stored result of an identical earlier call" in msgs[1].content
     assert "3 times with identical arguments" in str(msgs[2].content)
     assert [m.tool_call_id for m in msgs] == ["c1", "c2", "c3"]
@@ -841,7 +841,7 @@ def test_an_error_handler_of_the_users_own_keeps_answering_errors(mode: str) -> 
     the model reads that text, not headway's."""
     from langchain.agents.middleware import AgentMiddleware
 
-    class Apologise(AgentMiddleware):  # type: ignore[type-arg]
+    class Apologise(AgentMiddleware[Any, Any]):
         def wrap_tool_call(self, request: Any, handler: Any) -> Any:
             try:
                 return handler(request)

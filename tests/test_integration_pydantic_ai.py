@@ -621,7 +621,7 @@ def test_a_served_dict_stays_a_dict_and_served_text_carries_the_note() -> None:
 
     parts = returns(agent.run_sync("go"))
     orders = [p.content for p in parts if p.tool_name == "get_order"]
-    notes = [p.content for p in parts if p.tool_name == "get_note"]
+    notes = [str(p.content) for p in parts if p.tool_name == "get_note"]
     assert orders == [{"order": 7, "status": "shipped"}] * 2
     assert notes[0] == "order 7: shipped"
     assert notes[1].startswith("order 7: shipped\n") and "stored result" in notes[1]

@@ -8,7 +8,7 @@ import importlib
 import sys
 import uuid
 from collections.abc import Mapping
-from types import ModuleType
+from types import FrameType, ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._canonical import canonical_json, digest
@@ -101,9 +101,9 @@ def caller_local(name: str, kind: type[Any] | tuple[type[Any], ...], depth: int 
     """The nearest caller's local ``name`` that is a ``kind`` (None if none within ``depth``
     frames): how a tool finds the framework run calling it where the framework passes the
     tool nothing that names the run (the runner, the agent)."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     for _ in range(depth):
-        frame = frame.f_back  # type: ignore[assignment]
+        frame = frame.f_back if frame is not None else None
         if frame is None:
             return None
         value = frame.f_locals.get(name)

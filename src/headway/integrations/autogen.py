@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import sys
 import weakref
+from types import FrameType
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,7 +30,7 @@ from ._common import answer, fresh, require, step_of, stop_text
 require("autogen_agentchat", "autogen")
 
 from autogen_agentchat.conditions import ExternalTermination  # noqa: E402
-from autogen_core import CancellationToken, MessageHandlerContext  # noqa: E402
+from autogen_core import AgentId, CancellationToken, MessageHandlerContext  # noqa: E402
 from autogen_core.tools import (  # noqa: E402
     BaseTool,
     TextResultContent,
@@ -61,10 +62,12 @@ def _where(
     """The run of the running call, and its agent: the team and the participant inside a
     team; else the run its cancellation token names (a new run on a named session is a new
     user input)."""
+    agent_id: AgentId | None
+    name: str | None = None
     try:
         agent_id = MessageHandlerContext.agent_id()
     except (RuntimeError, LookupError):
-        agent_id, name = None, None
+        agent_id = None
     else:
         suffix = "_" + agent_id.key
         name = agent_id.type[: -len(suffix)] if agent_id.type.endswith(suffix) else agent_id.type
@@ -85,9 +88,9 @@ def _raise_if_stopped() -> None:
     call listing the tools (a caller holding a ``model_client``) holds the run's
     cancellation token. Never while the run's tool calls look up their tools: an exception
     there would hang the agent."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     for _ in range(12):
-        frame = frame.f_back  # type: ignore[assignment]
+        frame = frame.f_back if frame is not None else None
         if frame is None:
             return
         local = frame.f_locals
