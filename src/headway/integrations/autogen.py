@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import sys
 import weakref
-from types import FrameType
 from collections.abc import Mapping
+from types import FrameType
 from typing import Any
 
 from .._session import Governor
