@@ -235,3 +235,18 @@ async def test_two_plain_runs_share_nothing_and_a_stop_belongs_to_its_run() -> N
     result = await after.run(task="go")
     executed = [m for m in result.messages if isinstance(m, ToolCallExecutionEvent)]
     assert [r.is_error for m in executed for r in m.content] == [False, False]
+
+
+async def test_a_team_without_the_termination_wired_still_ends_at_the_stop() -> None:
+    """The tool's termination is not in the team's condition: the stopped agent's next model
+    call raises the stop, which AutoGen reports as the team's error (with the termination
+    wired the team ends cleanly after the stopped turn instead)."""
+    gov = headway.Governor()
+    gov.register("search", None, effect="read")
+    tool = GovernedTool(gov, FunctionTool(search, description="Search."))
+    model = _counted([("search", {"q": f"v{n % 2}"}) for n in range(40)])
+    agent = AssistantAgent("looper", model_client=model, tools=[tool])
+    team = RoundRobinGroupChat([agent], termination_condition=MaxMessageTermination(80))
+    with pytest.raises(RuntimeError, match="LoopDetected"):
+        await team.run(task="go")
+    assert model.asked < 10
