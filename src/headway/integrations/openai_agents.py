@@ -287,6 +287,11 @@ class GovernedMCPServer(MCPServer):
         out = await _govern_call(self.gov, tool_name, ctx, arguments or {}, run, self.key_of)
         if out.status is Status.EXECUTED and out.correction is None:
             return CallToolResult.model_validate(out.value)
+        if out.ok and isinstance(out.value, dict):  # the stored result, still a tool result,
+            stored = CallToolResult.model_validate(out.value)  # with headway's note after it
+            note = str(served(out._replace(value=""))).lstrip("\n")
+            content = [*stored.content, TextContent(type="text", text=note)]
+            return stored.model_copy(update={"content": content})
         if out.status is Status.ERROR and raised and self._inner_failure is None:
             raise raised[-1]  # failure_error_function=None: the SDK raises it, as unwrapped
         text = TextContent(type="text", text=out.to_model())
