@@ -210,3 +210,32 @@ def test_a_tool_error_repeated_three_times_gets_the_repeated_error_correction() 
     texts = [json.dumps(r["content"]) for r in claude.results]
     assert all(r.get("is_error") for r in claude.results)
     assert "will fail again" in texts[2]
+
+
+def test_runs_through_a_shared_store_share_nothing(tmp_path: Any) -> None:
+    """Two processes (two governors on one SQLite store) each run the same tools with no
+    session named: the second run's read is not served from the first one's, and the first
+    run's stop does not stop the second."""
+    runs: list[str] = []
+
+    @beta_tool
+    def company(ticker: str) -> str:
+        """Company overview."""
+        runs.append(ticker)
+        return f"{ticker}: Apple Inc."
+
+    path = str(tmp_path / "shared.db")
+    governors = [headway.Governor(store=headway.SQLiteStore(path)) for _ in range(2)]
+    for gov in governors:
+        gov.register("company", None, effect="read", deterministic=True)
+        gov.register("search", None, effect="read")
+    with pytest.raises(headway.LoopDetected):
+        loop = ScriptedClaude([("search", {"q": f"v{n % 2}"}) for n in range(40)])
+        _runner(govern_tools(governors[0], [company, search]), loop).until_done()
+    for gov in governors:
+        claude = ScriptedClaude([("company", {"ticker": "AAPL"})])
+        _runner(govern_tools(gov, [company, search]), claude).until_done()
+        assert not claude.results[0].get("is_error")
+    assert runs == ["AAPL", "AAPL"]
+    for gov in governors:
+        gov.close()
