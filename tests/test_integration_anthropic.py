@@ -229,9 +229,10 @@ def test_runs_through_a_shared_store_share_nothing(tmp_path: Any) -> None:
     for gov in governors:
         gov.register("company", None, effect="read", deterministic=True)
         gov.register("search", None, effect="read")
+    loop = ScriptedClaude([("search", {"q": f"v{n % 2}"}) for n in range(40)])
+    stopped = _runner(govern_tools(governors[0], [company, search]), loop)
     with pytest.raises(headway.LoopDetected):
-        loop = ScriptedClaude([("search", {"q": f"v{n % 2}"}) for n in range(40)])
-        _runner(govern_tools(governors[0], [company, search]), loop).until_done()
+        stopped.until_done()
     for gov in governors:
         claude = ScriptedClaude([("company", {"ticker": "AAPL"})])
         _runner(govern_tools(gov, [company, search]), claude).until_done()
