@@ -127,10 +127,10 @@ def answer(out: Outcome) -> Any:
 
 def served(out: Outcome) -> Any:
     """What the model reads for an answer headway served (cached, replayed, a fallback) or
-    one with a correction, in the type the tool gave it: text gets headway's note (and any correction) appended, in
-    full; another value (a dict, a structured output) is returned as it is, since a note
-    would change its type, unless headway has a correction for the model, which then reads
-    headway's text."""
+    one with a correction, in the type the tool gave it: text gets headway's note (and any
+    correction) appended, in full; another value (a dict, a structured output) is returned
+    as it is, since a note would change its type, unless headway has a correction for the
+    model, which then reads headway's text."""
     value = out.value
     if isinstance(value, str):
         full, head = out.to_model(), render(value)
