@@ -56,7 +56,14 @@ def turns(*calls: tuple[str, dict[str, Any]], call_ids: list[str] | None = None)
 def outputs(result: Any) -> list[Any]:
     """What the model read back from each tool call (an MCP text result is a text item)."""
     items = [i.output for i in result.new_items if isinstance(i, ToolCallOutputItem)]
-    return [o["text"] if isinstance(o, dict) else o for o in items]
+    return [_text(o) for o in items]
+
+
+def _text(output: Any) -> Any:
+    """An MCP result's text items, one per line (a served one has headway's note last)."""
+    if isinstance(output, list):
+        return "\n".join(str(_text(o)) for o in output)
+    return output["text"] if isinstance(output, dict) else output
 
 
 def run(agent: Agent[Any], context: Any = None) -> Any:
