@@ -701,3 +701,36 @@ def test_govern_tools_type_checks_as_an_agents_tools(tmp_path: Path) -> None:
         cwd=tmp_path,
     )
     assert done.returncode == 0, done.stdout
+
+
+def test_a_run_level_error_formatter_of_the_users_own_keeps_its_text() -> None:
+    """RunConfig(tool_error_formatter=...) is the user's own error handler too."""
+    from agents import RunConfig
+
+    gov = headway.Governor()
+
+    @function_tool
+    def lookup(q: str) -> str:
+        raise RuntimeError("database is down")
+
+    model = turns(("lookup", {"q": "a"}))
+    agent = Agent(name="a", model=model, tools=govern_tools(gov, [lookup]))
+    config = RunConfig(tool_error_formatter=lambda args: f"ours: {args.error}")
+    result = asyncio.run(Runner.run(agent, "go", run_config=config, max_turns=5))
+    (text,) = outputs(result)
+    assert text.endswith("ours: database is down") and "Error from lookup" not in text
+
+
+def test_malformed_arguments_are_still_reported_the_sdks_way() -> None:
+    gov = headway.Governor()
+
+    @function_tool
+    def lookup(q: str) -> str:
+        return q
+
+    model = ScriptedModel(
+        [[function_call("lookup", "{not json", call_id="m1")], [assistant_message("done")]]
+    )
+    agent = Agent(name="a", model=model, tools=govern_tools(gov, [lookup]))
+    (text,) = outputs(run(agent))
+    assert "error" in str(text).lower()

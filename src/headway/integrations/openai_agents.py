@@ -137,20 +137,22 @@ async def _govern_call(
 def _govern(gov: Governor, tool: FunctionTool, key_of: KeyOf | None) -> FunctionTool:
     annotations = tool.mcp_annotations
     declare(gov, tool.name, annotations.model_dump(exclude_none=True) if annotations else None)
-    # With the SDK's default error formatter (no failure_error_function of the user's), a
-    # tool's exception reaches headway: it is classified and retried, and the model reads
-    # headway's text (retryable or not, what to do), not the SDK's generic "try again".
-    classified = bool(getattr(tool, "_use_default_failure_error_function", False))
-    inner = tool
-    if classified:
-        inner = copy.copy(tool)  # the copy's invoker answers to the copy's error policy
-        set_function_tool_failure_error_function(inner, None)
-    invoke = inner.on_invoke_tool
+    # With the SDK's default error formatter (no failure_error_function, no run-level
+    # tool_error_formatter of the user's), a tool's exception reaches headway: it is
+    # classified and retried, and the model reads headway's text (retryable or not, what to
+    # do), not the SDK's generic "try again".
+    default = bool(getattr(tool, "_use_default_failure_error_function", False))
+    own = tool.on_invoke_tool
+    raw_errors = copy.copy(tool)  # the copy's invoker answers to the copy's error policy
+    set_function_tool_failure_error_function(raw_errors, None)
 
     async def on_invoke_tool(ctx: ToolContext[Any], raw: str) -> Any:
         args = _arguments(raw)
         if args is None:  # malformed arguments: the SDK reports them its own way
-            return await invoke(ctx, raw)
+            return await own(ctx, raw)
+        config = getattr(ctx, "run_config", None)
+        classified = default and getattr(config, "tool_error_formatter", None) is None
+        invoke = raw_errors.on_invoke_tool if classified else own
         raised: list[Exception] = []
 
         async def run(**_: Any) -> Any:
