@@ -326,8 +326,8 @@ MUTANTS: list[tuple[str, str, str, str]] = [
     (
         "integrations/langchain",
         "on_stop='raise' ends the run quietly",
-        '            if self.on_stop == "raise":\n                raise _native(stop) from None\n            return _stopped(request.tool_call, stop)\n        return _answer(request, out, box)\n\n    async',
-        "            return _stopped(request.tool_call, stop)\n        return _answer(request, out, box)\n\n    async",
+        '            if self.on_stop == "raise":\n                raise _native(stop) from None\n            return _stopped(request.tool_call, stop)\n        return self._answer(request, session, out, box)\n\n    async',
+        "            return _stopped(request.tool_call, stop)\n        return self._answer(request, session, out, box)\n\n    async",
     ),
     (
         "integrations/openai_agents",

@@ -20,7 +20,7 @@ import anthropic
 import httpx2 as httpx
 from anthropic import beta_tool
 
-from headway.integrations.anthropic import govern_tools
+from headway.integrations.anthropic import govern_tools, stop_of
 
 
 class ScriptedClaude:
@@ -59,21 +59,23 @@ class ScriptedClaude:
         return httpx.Response(200, json=message)
 
 
-def _run(gov: headway.Governor, tools: list[Any], claude: ScriptedClaude, session: str) -> Any:
+def _runner(tools: list[Any], claude: ScriptedClaude) -> Any:
     client = anthropic.Anthropic(
         api_key="test", http_client=httpx.Client(transport=httpx.MockTransport(claude))
     )
-    governed = govern_tools(gov, tools, session=session)
-    runner = client.beta.messages.tool_runner(
+    return client.beta.messages.tool_runner(
         model="claude-test",
         max_tokens=100,
         messages=[{"role": "user", "content": "go"}],
-        tools=governed,
+        tools=tools,
         max_iterations=60,
     )
-    governed.runner = runner
+
+
+def _run(gov: headway.Governor, tools: list[Any], claude: ScriptedClaude, session: str) -> Any:
+    runner = _runner(govern_tools(gov, tools, session=session), claude)
     runner.until_done()
-    return governed
+    return runner
 
 
 def test_a_deterministic_read_asked_three_times_runs_once_then_is_corrected() -> None:
@@ -91,6 +93,7 @@ def test_a_deterministic_read_asked_three_times_runs_once_then_is_corrected() ->
     _run(gov, [company], claude, "a")
     assert runs == ["AAPL"]
     assert [bool(r.get("is_error")) for r in claude.results] == [False, False, True]
+    assert "stored result" in json.dumps(claude.results[1]["content"])  # a served answer
     assert "identical" in json.dumps(claude.results[2]["content"])
 
 
@@ -106,26 +109,91 @@ def test_a_changing_poll_is_never_corrected_or_stopped() -> None:
 
     gov.register("status", None, effect="read", poll=True)
     claude = ScriptedClaude([("status", {"job": "j"})] * 10)
-    governed = _run(gov, [status], claude, "b")
-    assert governed.stop is None
+    runner = _run(gov, [status], claude, "b")
+    assert stop_of(runner) is None
     assert not any(r.get("is_error") for r in claude.results)
 
 
-def test_a_loop_without_progress_is_stopped_and_the_stop_is_reachable() -> None:
+@beta_tool
+def search(q: str) -> str:
+    """Search."""
+    return "no results for that query, try something else entirely"
+
+
+def test_a_stop_ends_the_run_by_itself_and_until_done_raises_it() -> None:
+    """No wiring: the runner makes no request after the stopped call, and until_done()
+    raises the headway.Stop."""
     gov = headway.Governor()
-
-    @beta_tool
-    def search(q: str) -> str:
-        """Search."""
-        return "no results for that query, try something else entirely"
-
     gov.register("search", None, effect="read")
     claude = ScriptedClaude([("search", {"q": f"v{n % 2}"}) for n in range(40)])
-    governed = _run(gov, [search], claude, "c")
-    assert isinstance(governed.stop, headway.LoopDetected)
-    assert len(claude.results) < 40  # the runner was closed: the run ended early
+    runner = _runner(govern_tools(gov, [search]), claude)
+    with pytest.raises(headway.LoopDetected) as stop:
+        runner.until_done()
+    assert stop.value.diagnostic["terminated_by"] == "no_progress"
+    assert stop_of(runner) is stop.value
+    assert len(claude.results) < 40
+    assert list(runner) == []  # the runner is closed: nothing more is asked
+
+
+def test_two_runners_of_the_same_tools_share_nothing() -> None:
+    """A default session is one run: run B's read is not served from run A's cache, and a
+    run after a stopped one runs normally with the same tools."""
+    gov = headway.Governor()
+    runs: list[str] = []
+
+    @beta_tool
+    def company(ticker: str) -> str:
+        """Company overview."""
+        runs.append(ticker)
+        return f"{ticker}: Apple Inc."
+
+    gov.register("company", None, effect="read", deterministic=True)
+    gov.register("search", None, effect="read")
+    tools = govern_tools(gov, [company, search])
+    _runner(tools, ScriptedClaude([("company", {"ticker": "AAPL"})])).until_done()
+    _runner(tools, ScriptedClaude([("company", {"ticker": "AAPL"})])).until_done()
+    assert runs == ["AAPL", "AAPL"]  # no cache shared across runs
     with pytest.raises(headway.LoopDetected):
-        governed.raise_if_stopped()
+        _runner(
+            tools, ScriptedClaude([("search", {"q": f"v{n % 2}"}) for n in range(40)])
+        ).until_done()
+    after = ScriptedClaude([("company", {"ticker": "MSFT"}), ("search", {"q": "v0"})])
+    final = _runner(tools, after).until_done()
+    assert final.content[0].text == "done"
+    assert not any(r.get("is_error") for r in after.results)
+
+
+async def test_an_async_runner_is_ended_by_a_stop_too() -> None:
+    gov = headway.Governor()
+
+    @anthropic.beta_async_tool
+    async def lookup(q: str) -> str:
+        """Lookup."""
+        return "no results for that query, try something else entirely"
+
+    gov.register("lookup", None, effect="read")
+    claude = ScriptedClaude([("lookup", {"q": f"v{n % 2}"}) for n in range(40)])
+    client = anthropic.AsyncAnthropic(
+        api_key="test",
+        http_client=httpx.AsyncClient(transport=httpx.MockTransport(_async(claude))),
+    )
+    runner = client.beta.messages.tool_runner(
+        model="claude-test",
+        max_tokens=100,
+        messages=[{"role": "user", "content": "go"}],
+        tools=govern_tools(gov, [lookup]),
+        max_iterations=60,
+    )
+    with pytest.raises(headway.LoopDetected):
+        await runner.until_done()
+    assert len(claude.results) < 40
+
+
+def _async(claude: ScriptedClaude) -> Any:
+    async def answer(request: httpx.Request) -> httpx.Response:
+        return claude(request)
+
+    return answer
 
 
 def test_a_tool_error_repeated_three_times_gets_the_repeated_error_correction() -> None:
@@ -142,3 +210,33 @@ def test_a_tool_error_repeated_three_times_gets_the_repeated_error_correction() 
     texts = [json.dumps(r["content"]) for r in claude.results]
     assert all(r.get("is_error") for r in claude.results)
     assert "will fail again" in texts[2]
+
+
+def test_runs_through_a_shared_store_share_nothing(tmp_path: Any) -> None:
+    """Two processes (two governors on one SQLite store) each run the same tools with no
+    session named: the second run's read is not served from the first one's, and the first
+    run's stop does not stop the second."""
+    runs: list[str] = []
+
+    @beta_tool
+    def company(ticker: str) -> str:
+        """Company overview."""
+        runs.append(ticker)
+        return f"{ticker}: Apple Inc."
+
+    path = str(tmp_path / "shared.db")
+    governors = [headway.Governor(store=headway.SQLiteStore(path)) for _ in range(2)]
+    for gov in governors:
+        gov.register("company", None, effect="read", deterministic=True)
+        gov.register("search", None, effect="read")
+    loop = ScriptedClaude([("search", {"q": f"v{n % 2}"}) for n in range(40)])
+    stopped = _runner(govern_tools(governors[0], [company, search]), loop)
+    with pytest.raises(headway.LoopDetected):
+        stopped.until_done()
+    for gov in governors:
+        claude = ScriptedClaude([("company", {"ticker": "AAPL"})])
+        _runner(govern_tools(gov, [company, search]), claude).until_done()
+        assert not claude.results[0].get("is_error")
+    assert runs == ["AAPL", "AAPL"]
+    for gov in governors:
+        gov.close()

@@ -83,6 +83,7 @@ async def test_two_agents_share_the_cache_and_each_is_judged_on_its_own_calls() 
     # researcher, writer, researcher, writer, researcher
     assert runs == ["AAPL"]  # one execution for the whole team
     assert [r.is_error for r in results] == [False, False, False, False, True]
+    assert "stored result" in results[1].content  # the writer's answer was served
     assert "[agent researcher]" in results[4].content
     audit = gov.audit_records("team-1")
     assert [r["agent"] for r in audit] == ["researcher", "writer"] * 2 + ["researcher"]
@@ -107,7 +108,6 @@ async def test_a_changing_poll_is_never_corrected_or_stopped() -> None:
     )
     results = await _run(team)
     assert len(results) == 10 and not any(r.is_error for r in results)
-    assert tool.headway_stop is None
 
 
 async def test_a_loop_without_progress_ends_the_team_run_with_the_stop_reachable() -> None:
@@ -125,9 +125,9 @@ async def test_a_loop_without_progress_ends_the_team_run_with_the_stop_reachable
         [agent], termination_condition=MaxMessageTermination(31) | bench.termination
     )
     results = await _run(team)
-    assert isinstance(bench.headway_stop, headway.LoopDetected)
     assert len(results) < 30  # ended by headway, not by the message limit
     assert results[-1].is_error and "headway stopped this run" in results[-1].content
+    assert gov.session(team.__dict__["_team_id"]).stopped
 
 
 async def test_a_tool_error_repeated_three_times_gets_the_repeated_error_correction() -> None:
@@ -146,3 +146,107 @@ async def test_a_tool_error_repeated_three_times_gets_the_repeated_error_correct
     results = await _run(team)
     assert [r.is_error for r in results] == [True, True, True]
     assert "will fail again" in results[2].content
+
+
+class _Counted(ReplayChatCompletionClient):
+    """A scripted model that counts the times it is asked."""
+
+    asked = 0
+
+    async def create(self, *args: Any, **kwargs: Any) -> CreateResult:
+        self.asked += 1
+        return await super().create(*args, **kwargs)
+
+
+def _counted(calls: Sequence[tuple[str, dict[str, Any]]]) -> _Counted:
+    return _Counted(_model(calls).chat_completions, model_info=INFO)
+
+
+def search(q: str) -> str:
+    """Search."""
+    return "no results for that query, try something else entirely"
+
+
+def lookup(q: str) -> str:
+    """Lookup."""
+    return "nothing here either, sorry"
+
+
+async def test_a_stop_ends_a_plain_agent_run_with_several_tools() -> None:
+    """AssistantAgent.run() alone, a tool loop of 40 iterations: a stop on either tool is
+    raised out of run() before the model is asked again."""
+    gov = headway.Governor()
+    gov.register("search", None, effect="read")
+    gov.register("lookup", None, effect="read")
+    tools = [
+        GovernedTool(gov, FunctionTool(lookup, description="Lookup.")),
+        GovernedTool(gov, FunctionTool(search, description="Search.")),
+    ]
+    calls = [("search", {"q": f"v{n % 2}"}) for n in range(40)]
+    model = _counted(calls)
+    agent = AssistantAgent("solo", model_client=model, tools=tools, max_tool_iterations=40)
+    with pytest.raises(headway.LoopDetected) as stop:
+        await agent.run(task="go")
+    assert stop.value.diagnostic["terminated_by"] == "no_progress"
+    assert model.asked < 10  # not the 40 of the script: no model call after the stop
+
+
+async def test_a_stop_in_a_team_ends_the_agents_tool_loop() -> None:
+    """In a team, an agent looping over tools is not asked again after the stop."""
+    gov = headway.Governor()
+    gov.register("search", None, effect="read")
+    bench = GovernedWorkbench(gov, StaticWorkbench([FunctionTool(search, description="S.")]))
+    model = _counted([("search", {"q": f"v{n % 2}"}) for n in range(40)])
+    agent = AssistantAgent("looper", model_client=model, workbench=bench, max_tool_iterations=40)
+    team = RoundRobinGroupChat(
+        [agent], termination_condition=MaxMessageTermination(80) | bench.termination
+    )
+    with pytest.raises(RuntimeError, match="LoopDetected"):
+        await team.run(task="go")
+    assert model.asked < 10
+
+
+async def test_two_plain_runs_share_nothing_and_a_stop_belongs_to_its_run() -> None:
+    """A default session is one run: run B is not served from run A's cache, and a run
+    after a stopped one, with the same agent and tools, runs normally."""
+    gov = headway.Governor()
+    gov.register("company", None, effect="read", deterministic=True)
+    gov.register("search", None, effect="read")
+    runs: list[str] = []
+    tools = [
+        GovernedTool(gov, _company(runs)),
+        GovernedTool(gov, FunctionTool(search, description="Search.")),
+    ]
+    read = ("company", {"ticker": "AAPL"})
+    for _ in range(2):
+        await AssistantAgent("a", model_client=_model([read]), tools=tools).run(task="go")
+    assert runs == ["AAPL", "AAPL"]
+    loop = _model([("search", {"q": f"v{n % 2}"}) for n in range(40)])
+    with pytest.raises(headway.LoopDetected):
+        await AssistantAgent("b", model_client=loop, tools=tools, max_tool_iterations=40).run(
+            task="go"
+        )
+    after = AssistantAgent(
+        "c",
+        model_client=_model([("search", {"q": "v0"}), read]),
+        tools=tools,
+        max_tool_iterations=2,
+    )
+    result = await after.run(task="go")
+    executed = [m for m in result.messages if isinstance(m, ToolCallExecutionEvent)]
+    assert [r.is_error for m in executed for r in m.content] == [False, False]
+
+
+async def test_a_team_without_the_termination_wired_still_ends_at_the_stop() -> None:
+    """The tool's termination is not in the team's condition: the stopped agent's next model
+    call raises the stop, which AutoGen reports as the team's error (with the termination
+    wired the team ends cleanly after the stopped turn instead)."""
+    gov = headway.Governor()
+    gov.register("search", None, effect="read")
+    tool = GovernedTool(gov, FunctionTool(search, description="Search."))
+    model = _counted([("search", {"q": f"v{n % 2}"}) for n in range(40)])
+    agent = AssistantAgent("looper", model_client=model, tools=[tool])
+    team = RoundRobinGroupChat([agent], termination_condition=MaxMessageTermination(80))
+    with pytest.raises(RuntimeError, match="LoopDetected"):
+        await team.run(task="go")
+    assert model.asked < 10

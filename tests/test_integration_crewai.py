@@ -23,7 +23,7 @@ from crewai.llms.base_llm import BaseLLM
 from crewai.tools import BaseTool, tool
 from pydantic import Field
 
-from headway.integrations.crewai import governed_tool
+from headway.integrations.crewai import governed_tool, session_of
 
 # CrewAI's own deprecation warnings, raised inside its Agent and Crew constructors
 pytestmark = [pytest.mark.crewai, pytest.mark.filterwarnings("ignore::DeprecationWarning:crewai")]
@@ -96,7 +96,7 @@ def test_two_roles_share_the_cache_and_each_is_judged_on_its_own_calls() -> None
     writer = _agent("writer", [read, read, read], [governed])
     crew = Crew(agents=[researcher, writer], tasks=[_task(researcher), _task(writer)])
     crew.kickoff()
-    audit = gov.audit_records(f"crew-{crew.id}")
+    audit = gov.audit_records(session_of(crew))
     assert runs == ["AAPL"]  # one execution for the whole crew
     assert [(r["agent"], r["status"]) for r in audit] == [
         ("researcher", "executed"),
@@ -122,7 +122,6 @@ def test_a_changing_poll_is_never_corrected_or_stopped() -> None:
     Crew(agents=[agent], tasks=[_task(agent)]).kickoff()
     audit = gov.audit_records("crew-run-2")
     assert [r["status"] for r in audit] == ["executed"] * 10
-    assert governed.headway_stop is None
 
 
 def test_a_loop_without_progress_ends_the_kickoff_with_the_diagnostic() -> None:
@@ -141,5 +140,67 @@ def test_a_loop_without_progress_ends_the_kickoff_with_the_diagnostic() -> None:
     with pytest.raises(ToolExecutionFailedError) as failed:
         Crew(agents=[agent], tasks=[_task(agent)]).kickoff()
     assert failed.value.record.failure.details["headway"]["terminated_by"] == "no_progress"
-    assert isinstance(governed.headway_stop, headway.LoopDetected)
+    assert failed.value.record.failure.message.startswith("headway stopped this run: ")
     assert len(gov.audit_records("crew-run-3")) < 40
+
+
+def test_a_waiting_poll_is_not_ended_by_crewais_repeat_guard() -> None:
+    """A declared poll answering the same status 8 times (waiting is not looping): CrewAI's
+    own guard (5 identical results) does not end the kickoff; headway judges the poll."""
+    gov = headway.Governor()
+    gov.register("job_status", None, effect="read", poll=True)
+    polls = itertools.count(1)
+
+    @tool("job_status")
+    def job_status(job: str) -> str:
+        """Job status."""
+        return "DONE" if next(polls) > 8 else "RUNNING"
+
+    governed = governed_tool(gov, job_status)
+    agent = _agent("operator", [("job_status", {"job": "j"})] * 9, [governed])
+    crew = Crew(agents=[agent], tasks=[_task(agent)])
+    crew.kickoff()
+    assert [r["status"] for r in gov.audit_records(session_of(crew))] == ["executed"] * 9
+
+
+def test_two_kickoffs_share_nothing_and_a_stop_belongs_to_its_kickoff() -> None:
+    """Each kickoff is a run: the second kickoff of the same crew is not served from the
+    first one's cache, and a crew after a stopped one, with the same tool, runs normally."""
+    from crewai.tools.tool_failure import ToolExecutionFailedError
+
+    gov = headway.Governor()
+    gov.register("company", None, effect="read", deterministic=True)
+    gov.register("search", None, effect="read")
+    runs: list[str] = []
+
+    @tool("company")
+    def company(ticker: str) -> str:
+        """Company overview."""
+        runs.append(ticker)
+        return f"{ticker}: Apple Inc."
+
+    @tool("search")
+    def search(q: str) -> str:
+        """Search."""
+        if q == "bad":
+            raise ValueError("malformed query")
+        return "no results for that query, try something else entirely"
+
+    overview, finder = governed_tool(gov, company), governed_tool(gov, search)
+    agent = _agent("researcher", [], [overview, finder])
+    crew = Crew(agents=[agent], tasks=[_task(agent)])
+    for _ in range(2):
+        agent.llm = Scripted(model="scripted", calls=[("company", {"ticker": "AAPL"})])
+        crew.kickoff()
+    assert runs == ["AAPL", "AAPL"]
+    agent.llm = Scripted(
+        model="scripted", calls=[("search", {"q": f"v{n % 2}"}) for n in range(40)]
+    )
+    with pytest.raises(ToolExecutionFailedError):
+        crew.kickoff()
+    calls = [("search", {"q": "bad"}), ("company", {"ticker": "MSFT"}), ("search", {"q": "v1"})]
+    after = _agent("writer", calls, [overview, finder])
+    crew = Crew(agents=[after], tasks=[_task(after)])
+    crew.kickoff()  # the tool error is read by the agent, under the tool's own policy
+    statuses = [r["status"] for r in gov.audit_records(session_of(crew))]
+    assert statuses == ["error", "executed", "executed"]

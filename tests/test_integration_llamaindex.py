@@ -42,7 +42,9 @@ def _scripted(calls: Sequence[tuple[str, dict[str, Any]]]) -> MockFunctionCallin
 
 
 async def _run(gov: headway.Governor, tools: list[Any], calls: list[Any]) -> tuple[Any, list[Any]]:
-    governed: list[Any] = [GovernedTool(gov, t) for t in tools]
+    governed: list[Any] = [
+        t if isinstance(t, GovernedTool) else GovernedTool(gov, t) for t in tools
+    ]
     agent = FunctionAgent(tools=governed, llm=_scripted(calls), timeout=30)
     handler = agent.run(user_msg="go", max_iterations=50)
     outputs = []
@@ -101,7 +103,41 @@ async def test_a_loop_without_progress_is_ended_and_the_stop_is_reachable() -> N
     assert len(outputs) < 30  # the run ended early
     assert isinstance(result.raw, headway.LoopDetected)
     assert result.raw.diagnostic["terminated_by"] == "no_progress"
-    assert "headway stopped this run" in str(result)
+    assert str(result).startswith("headway stopped this run: ")
+    assert "{" not in str(result)  # a sentence, not a JSON dump
+
+
+async def test_two_runs_share_nothing_and_a_stop_belongs_to_its_run() -> None:
+    """A default session is one run: run B is not served from run A's cache, and the run
+    after a stopped one, with the same tools, runs normally (no return_direct left)."""
+    gov = headway.Governor()
+    gov.register("company", None, effect="read", deterministic=True)
+    gov.register("search", None, effect="read")
+    runs: list[str] = []
+
+    def company(ticker: str) -> str:
+        """Company overview."""
+        runs.append(ticker)
+        return f"{ticker}: Apple Inc."
+
+    def search(q: str) -> str:
+        """Search."""
+        return "no results for that query, try something else entirely"
+
+    tools = [
+        GovernedTool(gov, FunctionTool.from_defaults(company)),
+        GovernedTool(gov, FunctionTool.from_defaults(search)),
+    ]
+    for _ in range(2):
+        await _run(gov, tools, [("company", {"ticker": "AAPL"})])
+    assert runs == ["AAPL", "AAPL"]
+    stopped, _ = await _run(gov, tools, [("search", {"q": f"v{n % 2}"}) for n in range(30)])
+    assert isinstance(stopped.raw, headway.LoopDetected)
+    result, outputs = await _run(
+        gov, tools, [("search", {"q": "v0"}), ("company", {"ticker": "X"})]
+    )
+    assert str(result) == "done"
+    assert [o.is_error for o in outputs] == [False, False]
 
 
 async def test_an_error_output_repeated_three_times_gets_the_repeated_error_correction() -> None:

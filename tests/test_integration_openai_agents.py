@@ -56,7 +56,14 @@ def turns(*calls: tuple[str, dict[str, Any]], call_ids: list[str] | None = None)
 def outputs(result: Any) -> list[Any]:
     """What the model read back from each tool call (an MCP text result is a text item)."""
     items = [i.output for i in result.new_items if isinstance(i, ToolCallOutputItem)]
-    return [o["text"] if isinstance(o, dict) else o for o in items]
+    return [_text(o) for o in items]
+
+
+def _text(output: Any) -> Any:
+    """An MCP result's text items, one per line (a served one has headway's note last)."""
+    if isinstance(output, list):
+        return "\n".join(str(_text(o)) for o in output)
+    return output["text"] if isinstance(output, dict) else output
 
 
 def run(agent: Agent[Any], context: Any = None) -> Any:
@@ -330,7 +337,10 @@ def test_run_sync_works_and_a_new_run_on_the_same_run_id_is_a_new_user_turn() ->
     assert "stored result" in outputs(again)[0]
 
 
-def test_an_exception_the_sdk_turns_into_text_is_an_error_outcome() -> None:
+def test_a_tool_exception_reaches_the_model_as_headways_classified_error() -> None:
+    """With the SDK's default formatter the model read "An error occurred while running the
+    tool. Please try again." for any error: it reads headway's text instead, which says
+    whether retrying helps."""
     gov = headway.Governor()
     gov.register("lookup", None, effect="read", deterministic=True)
     ran: list[int] = []
@@ -344,8 +354,52 @@ def test_an_exception_the_sdk_turns_into_text_is_an_error_outcome() -> None:
     agent = Agent(name="a", model=model, tools=govern_tools(gov, [lookup]))
     out = outputs(run(agent))
     assert len(ran) == 3  # an error is never served from the cache
-    assert all("An error occurred while running the tool" in o for o in out)
+    assert not any("An error occurred while running the tool" in o for o in out)
+    assert all(o.startswith("Error from lookup [") and "database is down" in o for o in out)
+    assert "Retrying the same call will not help" in out[0]
     assert "same approach" in out[2].lower()
+
+
+def test_a_transient_tool_error_is_retried_by_headway_and_the_model_reads_what_was_done() -> None:
+    gov = headway.Governor(sleep=lambda s: None)
+    gov.register("weather", None, effect="read", retry=headway.Retry(attempts=3))
+    ran: list[int] = []
+
+    @function_tool
+    def weather(city: str) -> str:
+        ran.append(1)
+        if len(ran) < 3:
+            raise ConnectionError("weather service unreachable")
+        return f"{city}: 18 degrees"
+
+    model = turns(("weather", {"city": "Paris"}))
+    out = outputs(run(Agent(name="a", model=model, tools=govern_tools(gov, [weather]))))
+    assert out == ["Paris: 18 degrees"] and len(ran) == 3  # retried by headway
+
+    @function_tool
+    def down(city: str) -> str:
+        raise ConnectionError("weather service unreachable")
+
+    gov.register("down", None, effect="read", retry=headway.Retry(attempts=3))
+    model = turns(("down", {"city": "Paris"}))
+    (text,) = outputs(run(Agent(name="a", model=model, tools=govern_tools(gov, [down]))))
+    assert text.startswith("Error from down [") and "ConnectionError" in text
+    assert "tried it 3 times" in text
+
+
+def test_a_failure_function_of_the_users_own_keeps_its_text() -> None:
+    gov = headway.Governor()
+
+    def mine(ctx: Any, error: Exception) -> str:
+        return f"Error: ours: {error}"
+
+    @function_tool(failure_error_function=mine)
+    def lookup(q: str) -> str:
+        raise RuntimeError("database is down")
+
+    model = turns(("lookup", {"q": "a"}))
+    (text,) = outputs(run(Agent(name="a", model=model, tools=govern_tools(gov, [lookup]))))
+    assert text == "Error: ours: database is down"
 
 
 def test_a_tool_registered_after_the_agent_is_built_and_has_run_gets_its_spec() -> None:
@@ -609,3 +663,74 @@ def test_a_declared_read_is_called_without_a_key_and_its_audit_has_no_flag() -> 
     run(agent, {"run_id": "r-flags"})
     (record,) = gov.audit_records("r-flags")
     assert record["status"] == "executed" and record["flags"] == []
+
+
+def test_govern_tools_type_checks_as_an_agents_tools(tmp_path: Path) -> None:
+    """``Agent(tools=govern_tools(gov, [tool]))`` passes mypy --strict (the SDK's
+    ``list[Tool]`` is invariant: a ``list[FunctionTool]`` did not)."""
+    pytest.importorskip("mypy")
+    import subprocess
+    import sys
+    import textwrap
+
+    snippet = tmp_path / "snippet.py"
+    snippet.write_text(
+        textwrap.dedent(
+            """
+            from agents import Agent, function_tool
+
+            import headway
+            from headway.integrations.openai_agents import govern_tools
+
+
+            @function_tool
+            def lookup(q: str) -> str:
+                return q
+
+
+            agent = Agent(name="a", tools=govern_tools(headway.Governor(), [lookup]))
+            """
+        ),
+        encoding="utf-8",
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", str(snippet), "--strict", "--no-incremental"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stdout
+
+
+def test_a_run_level_error_formatter_of_the_users_own_keeps_its_text() -> None:
+    """RunConfig(tool_error_formatter=...) is the user's own error handler too."""
+    from agents import RunConfig
+
+    gov = headway.Governor()
+
+    @function_tool
+    def lookup(q: str) -> str:
+        raise RuntimeError("database is down")
+
+    model = turns(("lookup", {"q": "a"}))
+    agent = Agent(name="a", model=model, tools=govern_tools(gov, [lookup]))
+    config = RunConfig(tool_error_formatter=lambda args: f"ours: {args.error}")
+    result = asyncio.run(Runner.run(agent, "go", run_config=config, max_turns=5))
+    (text,) = outputs(result)
+    assert text.endswith("ours: database is down") and "Error from lookup" not in text
+
+
+def test_malformed_arguments_are_still_reported_the_sdks_way() -> None:
+    gov = headway.Governor()
+
+    @function_tool
+    def lookup(q: str) -> str:
+        return q
+
+    model = ScriptedModel(
+        [[function_call("lookup", "{not json", call_id="m1")], [assistant_message("done")]]
+    )
+    agent = Agent(name="a", model=model, tools=govern_tools(gov, [lookup]))
+    (text,) = outputs(run(agent))
+    assert "error" in str(text).lower()

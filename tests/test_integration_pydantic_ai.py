@@ -600,3 +600,28 @@ def test_a_declared_read_is_called_without_a_key_and_its_audit_has_no_flag() -> 
     agent.run_sync("go", conversation_id="conv-flags")
     (record,) = gov.audit_records("conv-flags")
     assert record["status"] == "executed" and record["flags"] == []
+
+
+def test_a_served_dict_stays_a_dict_and_served_text_carries_the_note() -> None:
+    """One rule for served answers: a value that is not text keeps its type (Pydantic AI
+    passes objects to the model its own way); text gets headway's stored-result note."""
+    gov = headway.Governor()
+    gov.register("get_order", None, effect="read", deterministic=True)
+    gov.register("get_note", None, effect="read", deterministic=True)
+    twice = [[("get_order", {"n": 7}), ("get_note", {"n": 7})]] * 2
+    agent = Agent(scripted(*twice), capabilities=[HeadwayCapability(gov)])
+
+    @agent.tool_plain
+    def get_order(n: int) -> dict[str, Any]:
+        return {"order": n, "status": "shipped"}
+
+    @agent.tool_plain
+    def get_note(n: int) -> str:
+        return f"order {n}: shipped"
+
+    parts = returns(agent.run_sync("go"))
+    orders = [p.content for p in parts if p.tool_name == "get_order"]
+    notes = [str(p.content) for p in parts if p.tool_name == "get_note"]
+    assert orders == [{"order": 7, "status": "shipped"}] * 2
+    assert notes[0] == "order 7: shipped"
+    assert notes[1].startswith("order 7: shipped\n") and "stored result" in notes[1]

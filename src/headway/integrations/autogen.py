@@ -2,30 +2,35 @@
 
 Inside a team, the session is the team (its id) and each call's agent is the participant
 that made it, so the team shares one read cache and one budget while each agent keeps its
-own loop judgment. Outside a team, the session is ``session=`` (default ``"autogen"``).
+own loop judgment. Outside a team, each ``agent.run()`` is a session of its own (the run's
+cancellation token names it; ``session=`` names one session for every run instead).
 Corrections and errors come back as error tool results (``is_error``), with headway's text.
 
-A stop cannot be raised through AutoGen (an exception in a workbench never lets ``run()``
-return), so it ends the run AutoGen's way: each governed tool or workbench has a
-``termination`` (an ``ExternalTermination``, shareable through ``termination=``) that a
-stop sets; give it to the team (``termination_condition=tool.termination | ...``). The
-stop itself is ``tool.headway_stop``, a ``headway.Stop``.
+A stop is answered as an error tool result, and the run asks the model nothing more: the
+agent's next model call (its tool loop, ``max_tool_iterations``) raises the stop out of
+``run()`` (in a team, AutoGen reports it as the team's error), and in a team the
+governed tool's ``termination`` (an ``ExternalTermination``, shareable through
+``termination=``; ``termination_condition=tool.termination | ...``) ends the team after
+the agent's turn.
 """
 
 from __future__ import annotations
 
+import sys
+import weakref
 from collections.abc import Mapping
+from types import FrameType
 from typing import Any
 
 from .._session import Governor
 from ..errors import Stop
 from ..outcome import Outcome
-from ._common import require, step_of
+from ._common import answer, fresh, require, step_of, stop_text
 
 require("autogen_agentchat", "autogen")
 
 from autogen_agentchat.conditions import ExternalTermination  # noqa: E402
-from autogen_core import CancellationToken, MessageHandlerContext  # noqa: E402
+from autogen_core import AgentId, CancellationToken, MessageHandlerContext  # noqa: E402
 from autogen_core.tools import (  # noqa: E402
     BaseTool,
     TextResultContent,
@@ -36,15 +41,68 @@ from autogen_core.tools import (  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 
 
-def _where(session: str | None) -> tuple[str, str | None]:
-    """(session, agent) of the running call: the team and the participant, inside a team."""
+class _Run:
+    """headway's state of one run (one cancellation token): its session and its stop."""
+
+    __slots__ = ("session_id", "stop")
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.stop: Stop | None = None
+
+
+# a run's cancellation token -> its run: ``run()`` makes one token per run, and hands it
+# to every tool call and model call of the run
+_RUNS: weakref.WeakKeyDictionary[CancellationToken, _Run] = weakref.WeakKeyDictionary()
+
+
+def _where(
+    gov: Governor, session: str | None, token: CancellationToken | None
+) -> tuple[_Run, str | None]:
+    """The run of the running call, and its agent: the team and the participant inside a
+    team; else the run its cancellation token names (a new run on a named session is a new
+    user input)."""
+    agent_id: AgentId | None
+    name: str | None = None
     try:
         agent_id = MessageHandlerContext.agent_id()
     except (RuntimeError, LookupError):
-        return session or "autogen", None
-    suffix = "_" + agent_id.key
-    name = agent_id.type[: -len(suffix)] if agent_id.type.endswith(suffix) else agent_id.type
-    return session or agent_id.key, name
+        agent_id = None
+    else:
+        suffix = "_" + agent_id.key
+        name = agent_id.type[: -len(suffix)] if agent_id.type.endswith(suffix) else agent_id.type
+    run = _RUNS.get(token) if token is not None else None
+    if run is None:
+        named = session or (agent_id.key if agent_id is not None else None)
+        run = _Run(named or fresh("autogen"))
+        if token is not None:
+            _RUNS[token] = run
+        if session is not None and agent_id is None:
+            gov.session(session).user_turn()
+    return run, name
+
+
+def _raise_if_stopped() -> None:
+    """Before a model call of a stopped run: raise the stop, so the model is not asked
+    again. AutoGen hands a workbench's ``list_tools`` nothing that names the run; the model
+    call listing the tools (a caller holding a ``model_client``) holds the run's
+    cancellation token. Never while the run's tool calls look up their tools: an exception
+    there would hang the agent."""
+    frame: FrameType | None = sys._getframe(1)
+    for _ in range(12):
+        frame = frame.f_back if frame is not None else None
+        if frame is None:
+            return
+        local = frame.f_locals
+        if "model_client" in local and isinstance(
+            local.get("cancellation_token"), CancellationToken
+        ):
+            break
+    else:
+        return
+    run = _RUNS.get(local["cancellation_token"])
+    if run is not None and run.stop is not None:
+        raise run.stop
 
 
 class _Governs:
@@ -56,22 +114,26 @@ class _Governs:
         self.governor = gov
         self.session_id = session
         self.termination = termination if termination is not None else ExternalTermination()
-        self.headway_stop: Stop | None = None  # ``stop`` is a Workbench method
 
     async def _govern(
-        self, name: str, args: Mapping[str, Any], call_id: str | None, run: Any
+        self,
+        name: str,
+        args: Mapping[str, Any],
+        call_id: str | None,
+        token: CancellationToken | None,
+        run: Any,
     ) -> Outcome | str:
         spec = self.governor.spec(name)  # an undeclared tool is declared by its first call
-        session_id, agent = _where(self.session_id)
+        where, agent = _where(self.governor, self.session_id, token)
         step = step_of(call_id, spec, args)
         try:
-            return await self.governor.session(session_id).acall(
+            return await self.governor.session(where.session_id).acall(
                 name, dict(args), run=run, agent=agent, step_id=step, call_id=call_id
             )
         except Stop as stop:
-            self.headway_stop = self.headway_stop or stop
+            where.stop = where.stop or stop
             self.termination.set()
-            return f"headway stopped this run: {stop}"
+            return stop_text(stop.diagnostic)
 
 
 class GovernedTool(_Governs, BaseTool[BaseModel, Any]):
@@ -101,14 +163,19 @@ class GovernedTool(_Governs, BaseTool[BaseModel, Any]):
         async def run(**a: Any) -> Any:
             return await self.tool.run_json(a, cancellation_token, call_id=call_id)
 
-        out = await self._govern(self.name, args, call_id, run)
+        out = await self._govern(self.name, args, call_id, cancellation_token, run)
         if isinstance(out, str) or not out.ok:
             # the workbench turns an exception into an error result with its text
             raise RuntimeError(out if isinstance(out, str) else out.to_model())
-        return out.value
+        return answer(out)
 
     def return_value_as_string(self, value: Any) -> str:
         return str(self.tool.return_value_as_string(value))
+
+    @property
+    def schema(self) -> ToolSchema:
+        _raise_if_stopped()  # read for each model call of the agent
+        return super().schema
 
 
 class GovernedWorkbench(_Governs, Workbench):
@@ -126,6 +193,7 @@ class GovernedWorkbench(_Governs, Workbench):
         self.workbench = workbench
 
     async def list_tools(self) -> list[ToolSchema]:
+        _raise_if_stopped()  # called before each model call of the agent
         return list(await self.workbench.list_tools())
 
     async def call_tool(
@@ -140,10 +208,10 @@ class GovernedWorkbench(_Governs, Workbench):
             text = result.to_text()
             return {"is_error": True, "content": text} if result.is_error else text
 
-        out = await self._govern(name, arguments or {}, call_id, run)
+        out = await self._govern(name, arguments or {}, call_id, cancellation_token, run)
         if isinstance(out, str):
             return ToolResult(name=name, result=[TextResultContent(content=out)], is_error=True)
-        text = out.value if out.ok and isinstance(out.value, str) else out.to_model()
+        text = answer(out) if out.ok and isinstance(out.value, str) else out.to_model()
         return ToolResult(name=name, result=[TextResultContent(content=text)], is_error=not out.ok)
 
     async def start(self) -> None:

@@ -1,13 +1,15 @@
 """CrewAI: ``governed_tool(gov, tool)`` wraps a ``BaseTool``.
 
-A crew's kickoff is one headway session (the crew's id), and the agent of each call is the
+A crew's kickoff is one headway session (``session_of(crew)``), and the agent of each call is the
 executing agent's role, so the crew shares one read cache and one budget while each role
 keeps its own loop judgment. CrewAI's own untimed tool cache is turned off for the tool
-(headway's cache knows what may be served). Corrections and errors come back as CrewAI
+(headway's cache knows what may be served), and so is CrewAI's own repeat guard (it ends a
+run after 5 identical results, which would end a declared poll that is waiting): loop
+control of a governed tool is headway's. Corrections and errors come back as CrewAI
 ``ToolFailure``s (the agent reads headway's text; the task output records the failure). A
-stop ends the run CrewAI's way: the tool's failure policy becomes ``raise`` for that answer,
-so ``kickoff()`` raises ``ToolExecutionFailedError`` whose ``record.failure.details["headway"]``
-is the stop's diagnostic; the ``headway.Stop`` itself is ``tool.headway_stop``.
+stop ends the run CrewAI's way: that one answer is under the ``raise`` failure policy, so
+``kickoff()`` raises ``ToolExecutionFailedError`` whose ``record.failure.details["headway"]``
+is the stop's diagnostic; the next crew using the tool runs under its own policy again.
 
 The crew and the role come from a global before-tool-call hook that headway registers once.
 """
@@ -20,7 +22,7 @@ from typing import Any
 
 from .._session import Governor
 from ..errors import Stop
-from ._common import require
+from ._common import answer, require, stop_text
 
 require("crewai", "crewai")
 
@@ -36,11 +38,47 @@ _hook_on: list[bool] = []
 
 
 def _note_call(context: Any) -> None:
-    """Before each tool call: remember the crew and the role making it (same thread)."""
+    """Before each tool call: remember the crew and the role making it (same thread), give
+    back the policy of a tool whose last answer was a stop, and leave the loop control of a
+    governed tool's call to headway (CrewAI's repeat guard does not count it)."""
     crew = getattr(context, "crew", None)
     agent = getattr(context, "agent", None)
-    session = f"crew-{crew.id}" if crew is not None else "crewai"
+    session = session_of(crew) if crew is not None else "crewai"
     _where.set((session, getattr(agent, "role", None)))
+    while _stopped:
+        stopped = _stopped.pop()
+        stopped.tool_failure_policy = stopped.policy
+    tool = getattr(context, "tool", None)
+    governed = isinstance(tool, GovernedTool) or isinstance(
+        getattr(tool, "_original_tool", None), GovernedTool
+    )
+    executor = getattr(agent, "agent_executor", None)
+    counts = getattr(executor, "_tool_call_counts", None)
+    if isinstance(counts, dict):
+        if not isinstance(counts, _Tally):
+            counts = _Tally(counts)
+            executor._tool_call_counts = counts  # type: ignore[union-attr]
+        counts.governed = governed
+
+
+def session_of(crew: Any) -> str:
+    """The headway session of a crew's current (or last) kickoff: each kickoff is one run,
+    and a kickoff resumed from a checkpoint is the same run."""
+    kickoff = getattr(crew, "_kickoff_event_id", None)
+    return f"crew-{crew.id}" + (f"-{kickoff}" if kickoff else "")
+
+
+class _Tally(dict[Any, int]):
+    """CrewAI's count of identical tool results (its repeat guard), with the calls of
+    governed tools left out: their repeats are headway's to judge."""
+
+    governed = False
+
+    def __setitem__(self, key: Any, value: int) -> None:
+        super().__setitem__(key, 0 if self.governed else value)
+
+
+_stopped: list[GovernedTool] = []  # tools whose last answer was a stop
 
 
 def _install_hook() -> None:
@@ -61,6 +99,8 @@ def governed_tool(gov: Governor, tool: BaseTool, *, session: str | None = None) 
         governor=gov,
         session_id=session,
         cache_function=_never_cache,  # headway decides what is served
+        tool_failure_policy=tool.tool_failure_policy,
+        policy=tool.tool_failure_policy,
     )
 
 
@@ -74,7 +114,14 @@ class GovernedTool(BaseTool):
     inner: Any
     governor: Any
     session_id: str | None = None
-    headway_stop: Any = None
+    policy: Any = None  # the failure policy of the tool, for every answer but a stop
+
+    def to_structured_tool(self) -> Any:
+        # the copy CrewAI calls defers to this tool's policy (it is read per answer: ``raise``
+        # for a stop, the tool's own otherwise), never a copy taken after a stop
+        structured = super().to_structured_tool()
+        structured.tool_failure_policy = None
+        return structured
 
     def _run(self, **kwargs: Any) -> Any:
         session_id, role = _where.get()
@@ -82,15 +129,16 @@ class GovernedTool(BaseTool):
         try:
             out = session.call(self.name, kwargs, run=self.inner.run, agent=role)
         except Stop as stop:
-            self.headway_stop = self.headway_stop or stop
-            self.tool_failure_policy = ToolFailurePolicy.RAISE  # this answer ends the run
+            # this answer ends the run; the next tool call gives the policy back
+            self.tool_failure_policy = ToolFailurePolicy.RAISE
+            _stopped.append(self)
             return ToolFailure(
-                message=f"headway stopped this run: {stop}",
+                message=stop_text(stop.diagnostic),
                 code="headway_stop",
                 details={"headway": stop.diagnostic},
             )
         if out.ok:
-            return out.value
+            return answer(out)
         return ToolFailure(
             message=out.to_model(),
             code=(out.error or {}).get("code", out.status.value),

@@ -20,8 +20,9 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NotRequired, cast
 
+from .._canonical import canonical_json
 from .._recent import Recent
-from ._common import declare, native, require, step_of
+from ._common import declare, native, require, served, step_of, stop_text
 
 require("langchain.agents", "langchain")
 
@@ -36,6 +37,15 @@ from langchain.agents.middleware import (  # noqa: E402
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage  # noqa: E402
 from langgraph.config import get_config  # noqa: E402
 from langgraph.errors import GraphBubbleUp  # noqa: E402
+
+try:
+    from langgraph.errors import is_invalid_resume
+except ImportError:  # pragma: no cover - a langgraph that never marks resume errors
+
+    def is_invalid_resume(error: BaseException) -> bool:
+        return False
+
+
 from langgraph.prebuilt import ToolNode  # noqa: E402
 from langgraph.types import Command  # noqa: E402
 
@@ -122,6 +132,9 @@ class HeadwayMiddleware(AgentMiddleware[HeadwayState, Any]):
         self.key_of = idempotency_key
         self.tools: Sequence[BaseTool] = []
         self._open: Recent[Session] = Recent()  # session id -> the handle of its latest turn
+        # (session, tool, arguments) -> the artifact of its latest executed ToolMessage, so a
+        # served answer of a content_and_artifact tool keeps it (in this process)
+        self._artifacts: Recent[Any] = Recent(1_000)
 
     # -- model calls: the session, user turns, model turns, the end on a stop ---------
     # (inside the model node, so headway adds no graph step to the agent loop)
@@ -192,7 +205,7 @@ class HeadwayMiddleware(AgentMiddleware[HeadwayState, Any]):
         if self.on_stop == "raise":
             raise _native(stop) from None
         return ExtendedModelResponse(
-            model_response=ModelResponse(result=[AIMessage(_said(stop.diagnostic))]),
+            model_response=ModelResponse(result=[AIMessage(stop_text(stop.diagnostic))]),
             command=Command(update={**update, "headway_stop": stop.diagnostic}),
         )
 
@@ -212,7 +225,7 @@ class HeadwayMiddleware(AgentMiddleware[HeadwayState, Any]):
             if self.on_stop == "raise":
                 raise _native(stop) from None
             return _stopped(request.tool_call, stop)
-        return _answer(request, out, box)
+        return self._answer(request, session, out, box)
 
     async def awrap_tool_call(
         self,
@@ -235,7 +248,24 @@ class HeadwayMiddleware(AgentMiddleware[HeadwayState, Any]):
             if self.on_stop == "raise":
                 raise _native(stop) from None
             return _stopped(request.tool_call, stop)
-        return _answer(request, out, box)
+        return self._answer(request, session, out, box)
+
+    def _answer(
+        self, request: ToolCallRequest, session: Session, out: Outcome, box: list[Any]
+    ) -> ToolMessage | Command[Any]:
+        """The outcome as LangChain's ToolMessage, a served one with the artifact its tool
+        gave (a ``content_and_artifact`` tool keeps it)."""
+        call = request.tool_call
+        where = f"{session.id}\x00{call['name']}\x00{canonical_json(call['args'])}"
+        own = box[-1] if box else None
+        if isinstance(own, ToolMessage) and own.artifact is not None:
+            self._artifacts.put(where, own.artifact)
+        answer = _answer(request, out, box)
+        if out.status is CACHED or out.status is REPLAYED:
+            artifact = self._artifacts.get(where)
+            if artifact is not None and isinstance(answer, ToolMessage):
+                return answer.model_copy(update={"artifact": artifact})
+        return answer
 
     def _begin(self, request: ToolCallRequest) -> tuple[Session, str, Any, dict[str, Any]]:
         call = request.tool_call
@@ -298,11 +328,14 @@ def _content(box: list[Any], result: Any) -> Any:
 
 
 def _answer(request: ToolCallRequest, out: Outcome, box: list[Any]) -> ToolMessage | Command[Any]:
-    """The outcome as LangChain's ToolMessage; an exception of the handler is re-raised, so
-    ToolNode's ``handle_tool_errors`` decides as it would without headway."""
+    """The outcome as LangChain's ToolMessage. An exception of the tool reaches headway only
+    when no ``handle_tool_errors`` of the ToolNode answered it (LangChain's default answers
+    none but bad arguments, and would end the run with it): the model reads headway's
+    classified error (retryable or not, what to do) after headway's retries. Interrupts and
+    resume errors go on up, as LangGraph wants."""
     own = box[-1] if box else None
     status = out.status
-    if status is ERROR and isinstance(own, Exception):
+    if status is ERROR and isinstance(own, GraphBubbleUp | Exception) and _passes(own):
         raise own
     if status is EXECUTED or (status is ERROR and isinstance(own, ToolMessage)):
         if isinstance(own, ToolMessage) and out.correction is not None:
@@ -310,11 +343,19 @@ def _answer(request: ToolCallRequest, out: Outcome, box: list[Any]) -> ToolMessa
         return cast("ToolMessage | Command[Any]", own)  # the handler's own answer, unchanged
     call = request.tool_call
     if status is CACHED or status is REPLAYED:
-        content = out.value if out.correction is None else _with(out.value, out.correction)
+        value = out.value
+        content = served(out) if isinstance(value, str) or out.correction is not None else value
+        if isinstance(value, list):  # content blocks: headway's note is one more block
+            content = _with(value, served(out._replace(value="")).lstrip("\n"))
         return ToolMessage(content=content, tool_call_id=call["id"], name=call["name"])
     return ToolMessage(
         content=out.to_model(), tool_call_id=call["id"], name=call["name"], status="error"
     )
+
+
+def _passes(exc: BaseException) -> bool:
+    """An exception headway leaves to LangGraph: an interrupt, a bad resume value."""
+    return isinstance(exc, GraphBubbleUp) or is_invalid_resume(exc)
 
 
 def _with(content: Any, note: str) -> Any:
@@ -325,18 +366,12 @@ def _with(content: Any, note: str) -> Any:
 
 def _stopped(call: Mapping[str, Any], stop: Stop) -> ToolMessage:
     return ToolMessage(
-        content=_said(stop.diagnostic),
+        content=stop_text(stop.diagnostic),
         tool_call_id=call["id"],
         name=call["name"],
         status="error",
         artifact={"headway_stop": stop.diagnostic},
     )
-
-
-def _said(diagnostic: Mapping[str, Any]) -> str:
-    why = diagnostic.get("signal") or diagnostic.get("budget_type") or ""
-    advice = diagnostic.get("suggestion") or diagnostic.get("hint") or ""
-    return f"headway stopped this run ({diagnostic.get('terminated_by')} {why}). {advice}".strip()
 
 
 def _thread_of(config: Mapping[str, Any] | None) -> str | None:

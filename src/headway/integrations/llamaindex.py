@@ -1,11 +1,12 @@
 """LlamaIndex: ``GovernedTool(gov, tool)`` wraps a ``BaseTool`` / ``FunctionTool``.
 
 Each call goes through headway. The session is the workflow run
-(``workflows.plugins.basic.get_current_run_id()``; ``session=`` names one instead). Answers
-come back as ``ToolOutput``: results as the tool gave them, corrections and errors with
-``is_error=True`` (as LlamaIndex flags a failed tool). A stop ends the run the way a
-``return_direct`` tool does: the agent's final response is the stop's text, and
-``response.raw`` (and ``tool.stop``) is the ``headway.Stop``.
+(``workflows.plugins.basic.get_current_run_id()``: each ``agent.run()`` is a session of its
+own; ``session=`` names one instead). Answers come back as ``ToolOutput``: results as the
+tool gave them, corrections and errors with ``is_error=True`` (as LlamaIndex flags a failed
+tool). A stop ends its run the way a ``return_direct`` tool does: the agent's final
+response is the stop's sentence, and ``response.raw`` is the ``headway.Stop``. The next run
+with the same tools runs normally.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from .._recent import Recent
 from .._session import Governor, Session
 from ..errors import Stop
 from ..outcome import Outcome, Status
-from ._common import require
+from ._common import fresh, require, stop_text
 
 require("llama_index.core", "llamaindex")
 
@@ -24,12 +26,12 @@ from llama_index.core.tools import AsyncBaseTool, ToolMetadata, ToolOutput  # no
 from llama_index.core.tools.types import adapt_to_async_tool  # noqa: E402
 
 
-def _run_id() -> str:
+def _run_id() -> str | None:
     try:
         from workflows.plugins.basic import get_current_run_id
     except ImportError:  # pragma: no cover - older llama-index-core
-        return "llamaindex"
-    return get_current_run_id() or "llamaindex"
+        return None
+    return get_current_run_id()
 
 
 class GovernedTool(AsyncBaseTool):
@@ -39,20 +41,21 @@ class GovernedTool(AsyncBaseTool):
         self.governor = gov
         self.tool: AsyncBaseTool = adapt_to_async_tool(tool)
         self.session_id = session
-        self.stop: Stop | None = None
+        self._outside = fresh("llamaindex")  # calls made outside a workflow run
+        self._stops: Recent[Stop] = Recent(1_000)  # run id -> the stop that ended it
         name = self.tool.metadata.get_name()
         self.name = name
 
     @property
     def metadata(self) -> ToolMetadata:
         meta = self.tool.metadata
-        if self.stop is not None and not meta.return_direct:
-            # read by the agent right after the call: a stop ends the run like a direct answer
+        if not meta.return_direct and self._stops.get(_run_id() or self._outside):
+            # read by the agent right after the call: a stop ends its run like a direct answer
             return dataclasses.replace(meta, return_direct=True)
         return meta
 
     def _session(self) -> Session:
-        return self.governor.session(self.session_id or _run_id())
+        return self.governor.session(self.session_id or _run_id() or self._outside)
 
     def call(self, *args: Any, **kwargs: Any) -> ToolOutput:
         arguments = _arguments(args, kwargs)
@@ -83,10 +86,10 @@ class GovernedTool(AsyncBaseTool):
         return _output(self.name, arguments, out, ran)
 
     def _stopped(self, stop: Stop, arguments: dict[str, Any]) -> ToolOutput:
-        self.stop = stop
+        self._stops.put(_run_id() or self._outside, stop)
         return ToolOutput(
             tool_name=self.name,
-            content=f"headway stopped this run: {stop}",
+            content=stop_text(stop.diagnostic),
             raw_input=arguments,
             raw_output=stop,
         )

@@ -23,14 +23,17 @@ from typing import Any
 from .._session import Governor, Session
 from ..errors import BudgetExceeded, LoopDetected, Stop
 from ..outcome import Outcome, Status
-from ._common import declare, native, require, step_of, writes
+from ._common import declare, native, require, served, step_of, writes
 
 require("agents", "openai-agents")
 
-from agents import FunctionTool  # noqa: E402
+from agents import FunctionTool, Tool  # noqa: E402
 from agents.exceptions import AgentsException  # noqa: E402
 from agents.mcp import MCPServer  # noqa: E402
-from agents.tool import default_tool_error_function  # noqa: E402
+from agents.tool import (  # noqa: E402
+    default_tool_error_function,
+    set_function_tool_failure_error_function,
+)
 from agents.tool_context import ToolContext  # noqa: E402
 from mcp.types import CallToolResult, TextContent  # noqa: E402
 
@@ -134,12 +137,22 @@ async def _govern_call(
 def _govern(gov: Governor, tool: FunctionTool, key_of: KeyOf | None) -> FunctionTool:
     annotations = tool.mcp_annotations
     declare(gov, tool.name, annotations.model_dump(exclude_none=True) if annotations else None)
-    invoke = tool.on_invoke_tool
+    # With the SDK's default error formatter (no failure_error_function, no run-level
+    # tool_error_formatter of the user's), a tool's exception reaches headway: it is
+    # classified and retried, and the model reads headway's text (retryable or not, what to
+    # do), not the SDK's generic "try again".
+    default = bool(getattr(tool, "_use_default_failure_error_function", False))
+    own = tool.on_invoke_tool
+    raw_errors = copy.copy(tool)  # the copy's invoker answers to the copy's error policy
+    set_function_tool_failure_error_function(raw_errors, None)
 
     async def on_invoke_tool(ctx: ToolContext[Any], raw: str) -> Any:
         args = _arguments(raw)
         if args is None:  # malformed arguments: the SDK reports them its own way
-            return await invoke(ctx, raw)
+            return await own(ctx, raw)
+        config = getattr(ctx, "run_config", None)
+        classified = default and getattr(config, "tool_error_formatter", None) is None
+        invoke = raw_errors.on_invoke_tool if classified else own
         raised: list[Exception] = []
 
         async def run(**_: Any) -> Any:
@@ -156,8 +169,10 @@ def _govern(gov: Governor, tool: FunctionTool, key_of: KeyOf | None) -> Function
         out = await _govern_call(gov, tool.name, ctx, args, run, key_of)
         if out.status is Status.EXECUTED and out.correction is None:
             return out.value  # the tool's own output, structured outputs included
-        if out.status is Status.ERROR and raised:
-            raise raised[-1]  # recorded as an ERROR; the SDK raises it as it would unwrapped
+        if out.status is Status.ERROR and raised and not classified:
+            raise raised[-1]  # failure_error_function=None: the SDK raises it, as unwrapped
+        if out.ok:
+            return served(out)  # a served answer keeps its type; text gets headway's note
         return out.to_model()
 
     governed = copy.copy(tool)
@@ -167,7 +182,7 @@ def _govern(gov: Governor, tool: FunctionTool, key_of: KeyOf | None) -> Function
 
 def govern_tools(
     gov: Governor, tools: Sequence[FunctionTool], *, idempotency_key: KeyOf | None = None
-) -> list[FunctionTool]:
+) -> list[Tool]:
     """Governed copies of ``tools`` for ``Agent(tools=...)``. A tool's spec is the one
     registered under its name, else its MCP annotations, else an unkeyed write.
 
@@ -274,6 +289,11 @@ class GovernedMCPServer(MCPServer):
         out = await _govern_call(self.gov, tool_name, ctx, arguments or {}, run, self.key_of)
         if out.status is Status.EXECUTED and out.correction is None:
             return CallToolResult.model_validate(out.value)
+        if out.ok and isinstance(out.value, dict):  # the stored result, still a tool result,
+            stored = CallToolResult.model_validate(out.value)  # with headway's note after it
+            note = str(served(out._replace(value=""))).lstrip("\n")
+            content = [*stored.content, TextContent(type="text", text=note)]
+            return stored.model_copy(update={"content": content})
         if out.status is Status.ERROR and raised and self._inner_failure is None:
             raise raised[-1]  # failure_error_function=None: the SDK raises it, as unwrapped
         text = TextContent(type="text", text=out.to_model())

@@ -20,7 +20,7 @@ from .._recent import Recent
 from .._session import Governor, Session
 from ..errors import BudgetExceeded, LoopDetected, Stop
 from ..outcome import Status
-from ._common import declare, native, require, step_of, writes
+from ._common import declare, native, require, served, step_of, writes
 
 require("pydantic_ai", "pydantic-ai")
 
@@ -170,4 +170,4 @@ class HeadwayCapability(AbstractCapability[Any]):
             raise ToolFailed(text)  # no retries left: a failed result, not a crash
         if out.status is Status.ERROR and (out.error or {}).get("code") != "error_result":
             raise ToolFailed(text)  # the tool raised (or could not run): a failed result
-        return text
+        return served(out) if out.ok else text  # a served dict stays a dict
