@@ -64,6 +64,7 @@ _POLL_MAX_S = 0.5
 _TURNS = 40  # bound on claim attempts in one call (each one follows a store change)
 _STATES = ("in_progress", "completed", "unknown", "failed_final")
 DEFAULT_LEASE_S = 30.0
+_RUNNING_HERE = "an earlier attempt with this key is still running in this process"
 RUN = True  # the ticket of a write that runs without a claim (unkeyed, or store_failure="open")
 
 
@@ -271,11 +272,11 @@ class Writes:
                     held = Held(gov.store, rkey, claim, gc_s)
                     self.keeper.hold(held)
                 before = self.used.get(rkey)
-                self.used.put(rkey, held)
                 if before is not None and before is not held and now < _until(before):
                     # this process claimed or saw this key before, and its record is gone:
                     # the store lost it
                     return (yield from self._restore(gov, c, held, before))
+                self.used.put(rkey, held)
                 return held
             if record is None:
                 continue  # released or collected in between: claim again
@@ -304,6 +305,9 @@ class Writes:
                 c.error = record.get("error")
                 return None
             if state == "unknown":
+                if self._running_here(rkey):  # it may still act: nothing to reconcile yet
+                    self._still_unknown(c, _RUNNING_HERE)
+                    return None
                 verdict, result = yield from self._reconcile(gov, c, key, record)
                 if verdict == "found":
                     done = self._done(gov, record, result[1], "reconciled")
@@ -363,6 +367,11 @@ class Writes:
         )
         return None
 
+    def _running_here(self, rkey: str) -> bool:
+        """Whether an attempt of this process on this key has not ended."""
+        used = self.used.get(rkey)
+        return isinstance(used, Held) and used.running
+
     def _took(self, gov: Governor, rkey: str, claim: dict[str, Any], gc_s: float) -> Held:
         """A record taken over by a compare-and-set (expired, or UNKNOWN confirmed absent):
         ours now, held while the attempt runs."""
@@ -408,10 +417,11 @@ class Writes:
         key = c.idem_key or ""
         verdict, result = "unknown", ("", None)
         if isinstance(before, Held) and before.running:
-            self._still_unknown(c, "an earlier attempt with this key is still running")
+            self._still_unknown(c, _RUNNING_HERE)
         else:
             verdict, result = yield from self._reconcile(gov, c, key, held.record)
         if verdict == "absent":
+            self.used.put(held.rkey, held)
             return held
         if verdict == "found":
             new: dict[str, Any] = self._done(gov, held.record, result[1], "reconciled")
