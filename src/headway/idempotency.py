@@ -261,9 +261,7 @@ class Writes:
                 claim = self._claim(gov, c, owner, now)
                 store = gov.store
                 try:
-                    results = yield Blocking(
-                        batch, (store, claim_ops(store, rkey, claim, gc_s)), store.blocking
-                    )
+                    results = yield _batch(store, claim_ops(store, rkey, claim, gc_s))
                 except Exception as exc:
                     return self._store_down(gov, c, exc)
                 won, record = claim_results(store, results)
@@ -701,12 +699,20 @@ def _swap(
         except StoreError:
             return False
         return bool(won)
-    ops = leased(store, Op("swap", rkey, new, expected, gc_s), new)
     try:
-        results = yield Blocking(batch, (store, ops), store.blocking)
+        results = yield _batch(store, leased(store, Op("swap", rkey, new, expected, gc_s), new))
     except StoreError:
         return False
     return results[won_at(store)] is True
+
+
+def _batch(store: Any, ops: list[Op]) -> Blocking:
+    """``batch(store, ops)`` as an effect: the store's own method when it has one (SQLite
+    runs it on an event loop's thread when it can, ``_effects``)."""
+    native = getattr(store, "batch", None)
+    if native is not None:
+        return Blocking(native, (ops,), store.blocking)
+    return Blocking(batch, (store, ops), store.blocking)
 
 
 def _held_swap(gov: Governor, c: Call, held: Held, new: dict[str, Any] | None) -> Plan[bool]:
