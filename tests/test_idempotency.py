@@ -226,14 +226,19 @@ def test_expiry_of_the_completed_record(
     assert ledger.counts() == {"o": 2}
 
 
-def test_expiry_of_the_lease_makes_the_write_unknown(
+def test_a_claim_is_live_while_its_lease_is_in_the_store_and_unknown_once_it_lapses(
     store: headway.Store, clock: FakeClock, ledger: Ledger
 ) -> None:
+    """The owner's lease is an entry the store expires by its own clock: while it is
+    there, no observer takes the claim over, however far its own clock moves; once it is
+    gone (the store's TTL, here deleted as the TTL would), the next call turns the claim
+    UNKNOWN at once, and never re-executes blindly."""
     gov = gov_for(store, clock, lease_s=10, in_progress_wait_s=0.0)
     tool = ScriptedTool([{"charge_id": 1}])
     gov.register("pay", tool, effect="write")
     rkey = gov.idempotency_record_key("k")
     import headway._canonical as canon
+    from headway._leases import LEASE, lease_key
 
     digest = canon.digest(canon.canonical_json({"order": "o", "amount": 1}))
     store.add(
@@ -242,24 +247,24 @@ def test_expiry_of_the_lease_makes_the_write_unknown(
             "state": "in_progress",
             "tool": "pay",
             "args": digest,
-            "owner": "dead",
+            "owner": "elsewhere",
             "beat": 7,
             "lease_s": 10,
             "created": clock(),
             "expires": clock() + 86400,
         },
     )
+    store.set(lease_key(rkey, "elsewhere"), LEASE, 600)
     s = gov.session("r")
-    # the lease is measured by the observer, from when it first saw this beat
-    busy = s.call("pay", {"order": "o", "amount": 1}, idempotency_key="k")
-    clock.advance(9.99)
-    busy = s.call("pay", {"order": "o", "amount": 1}, idempotency_key="k")
-    assert (
-        busy.status is Status.ERROR
-        and err(busy)["code"] == "in_progress"
-        and err(busy)["retry_after"] > 0
-    )
-    clock.advance(0.01)
+    for step in (0, 9.99, 10_000, 10**6):  # the observer's clock says nothing about it
+        clock.advance(step)
+        busy = s.call("pay", {"order": "o", "amount": 1}, idempotency_key="k")
+        assert (
+            busy.status is Status.ERROR
+            and err(busy)["code"] == "in_progress"
+            and err(busy)["retry_after"] > 0
+        )
+    store.delete(lease_key(rkey, "elsewhere"))
     out = s.call("pay", {"order": "o", "amount": 1}, idempotency_key="k")
     assert out.status is Status.UNKNOWN and tool.count == 0  # never re-executed blindly
     assert present(store.get(rkey))["state"] == "unknown"

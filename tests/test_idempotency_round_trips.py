@@ -112,7 +112,7 @@ def test_a_keyed_write_in_a_session_kept_in_the_process_makes_two_round_trips(
         assert store.ops - before == 2  # claim; completion (with the cache generation)
     if cached:  # the generation was written with the completion
         assert store.get(gov.generation_key("r")) is not None
-        assert ["swap", "set"] in store.batches
+        assert ["swap", "swap", "set"] in store.batches  # the lease deleted with it
     store.close()
 
 
@@ -138,7 +138,8 @@ def test_a_stop_read_with_the_claim_releases_it_without_call_budgets(tmp_path: P
     a.session("r", budgets=headway.Budgets(tokens=10)).record_turn(tokens=11)  # stops it
     with pytest.raises(headway.BudgetExceeded):
         sb.call("pay", {"order": 2}, idempotency_key="k")
-    assert b_store.batches[-1] == ["add", "get", "get"]  # claimed with the record's read
+    # claimed (and its lease written) with the record's read, then let go with its lease
+    assert b_store.batches[-2:] == [["add", "set", "get", "get"], ["swap", "swap"]]
     assert b_store.get(b.idempotency_record_key("k")) is None
     assert b.writes.keeper.get(b.idempotency_record_key("k")) is None
 
@@ -156,7 +157,7 @@ def test_a_completion_the_store_refuses_settles_unknown_and_the_step_once(
     assert out.error["code"] == "result_not_recorded"
     # the record's swap waited on the completion: not written with the executed step
     # (a read back in the same round trip), then written with the UNKNOWN one
-    assert store.batches[-2:] == [["swap", "swap", "get"], ["swap", "get"]]
+    assert store.batches[-2:] == [["swap", "swap", "swap", "get"], ["swap", "get"]]
     record = orjson.loads(store.get(gov.session_key("r")))
     assert record["steps"] == 2
     assert record["mon"]["w"][-1][5] == "unknown"  # the step judged as what it became

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
+from .stores import shown
 
 
 def add_parser(sub: Any) -> None:
@@ -41,8 +42,8 @@ def records(source: str, session: str | None = None) -> Iterator[dict[str, Any]]
     """The audit records in ``source`` (a SQLite URL or file, or a JSONL file), oldest first."""
     if source.startswith(("redis", "postgres", "unix:", "memory:")):
         raise ConfigError(
-            f"headway audit reads SQLite and JSONL audit files, not {source}: a proxy with a "
-            "Redis or PostgreSQL store writes its audit to headway.db in its working "
+            f"headway audit reads SQLite and JSONL audit files, not {shown(source)}: a proxy "
+            "with a Redis or PostgreSQL store writes its audit to headway.db in its working "
             "directory (or to its --audit file)"
         )
     path = Path(source[len("sqlite:///") :] if source.startswith("sqlite:///") else source)

@@ -32,7 +32,7 @@ from .audit import summarize
 from .errors import ArgumentError
 from .idempotency import flush, step_key, unkeyed_key, with_rider
 from .outcome import CACHED, CORRECTED, EXECUTED, REPLAYED, UNKNOWN, Outcome, error_info
-from .stores._base import Op, dumps, loads
+from .stores._base import Op, check_key, dumps, loads
 
 if TYPE_CHECKING:
     from ._session import Governor
@@ -102,6 +102,8 @@ def begin(
         for label, value in (("idempotency_key", idempotency_key), ("step_id", step_id)):
             if value is not None and (not isinstance(value, str) or not value):
                 raise ArgumentError(f"{label} must be a non-empty string, not {value!r}", label)
+        if idempotency_key is not None:
+            check_key("idempotency_key", idempotency_key)
         if c.effect == "read":
             c.flag("key_ignored_on_read")
         elif idempotency_key is not None:

@@ -12,12 +12,14 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from ._call import describe
+from ._redact import scrub
 from ._session import Governor
 from ._spec import declares_read, make_spec
 from .audit import AuditSink, JSONLSink, SQLiteAuditSink
 from .config import load_config
 from .errors import ConfigError
-from .stores import open_store
+from .stores import open_store, shown
 
 DEFAULT_STORE = "sqlite:///headway.db"
 
@@ -126,12 +128,15 @@ def open_governor(
                 raise ConfigError(f"{where}: {exc}") from None
         options = dict(cfg.governor)
     url = store or options.get("store") or DEFAULT_STORE
+    failure: ConfigError | None = None
     try:
         backend = open_store(url)
     except ConfigError:
         raise
     except Exception as exc:
-        raise ConfigError(f"cannot open the store {url}: {exc}") from exc
+        failure = ConfigError(f"cannot open the store {shown(url)}: {scrub(describe(exc))}")
+    if failure is not None:
+        raise failure  # not chained: the store's error says what it may say
     trail = [_audit_sink(audit, url), *sinks]  # after the store: a bad URL leaves no file
     try:
         if config is None:

@@ -29,3 +29,9 @@ class Recent(collections.OrderedDict[str, V]):
             while len(self) > self.limit:
                 self.popitem(last=False)
         return value
+
+    def forget(self, key: str, value: V) -> None:
+        """Drop ``key`` if it still holds ``value``."""
+        with self._lock:
+            if self.get(key) is value:
+                del self[key]

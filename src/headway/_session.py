@@ -33,6 +33,7 @@ from .outcome import Outcome
 from .retry import default_rng
 from .similarity import DEFAULT_NORMALIZERS, Normalizer
 from .stores import MemoryStore, Store
+from .stores._base import check_key
 from .stores._signed import SignedStore
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -280,6 +281,8 @@ class Governor:
         """Open (or resume, in this process) the session of one agent run."""
         if self.closed:
             raise ClosedError("this Governor is closed: create a new one to open sessions")
+        if isinstance(run_id, str):
+            check_key("run_id", run_id)  # before the store is asked to hold it
         with self._sessions_lock:
             st = self._sessions.get(run_id)
             if st is None:

@@ -41,12 +41,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.command == "demo":
         from . import demo as demo_module
-        from .stores import open_store
+        from .stores import open_store, shown
 
         with tempfile.TemporaryDirectory(prefix="headway-demo-") as tmp:
             url = args.store or f"sqlite:///{Path(tmp) / 'headway.db'}"
             store = open_store(url)
-            print(f"headway {__version__} demo: a scripted agent, no LLM; store {url}")
+            print(f"headway {__version__} demo: a scripted agent, no LLM; store {shown(url)}")
             try:
                 demo_module.run(store, sys.stdout)
             finally:

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 from ._call import Call, describe
 from ._canonical import _to_json, canonical_json, digest
 from ._effects import Blocking, Plan, Sleep
-from ._leases import Held, Keeper
+from ._leases import Held, Keeper, claim_ops, claim_results, lease_key, leased, won_at
 from ._recent import Recent
 from .errors import ArgumentError, KeyReuseError, StoreError
 from .outcome import ERROR, EXECUTED, REPLAYED, UNKNOWN, error_info
@@ -64,6 +64,7 @@ _POLL_MAX_S = 0.5
 _TURNS = 40  # bound on claim attempts in one call (each one follows a store change)
 _STATES = ("in_progress", "completed", "unknown", "failed_final")
 DEFAULT_LEASE_S = 30.0
+_RUNNING_HERE = "an earlier attempt with this key is still running in this process"
 RUN = True  # the ticket of a write that runs without a claim (unkeyed, or store_failure="open")
 
 
@@ -209,10 +210,9 @@ class Writes:
     def __init__(self) -> None:
         self.late = LateResults()
         self.keeper = Keeper()
-        # keys this process saw settled: a record that then disappears was lost by the store
-        self.used: Recent[bool] = Recent()
-        # records of other owners we are watching: rkey -> (owner, beat, first seen)
-        self._seen: Recent[Any] = Recent()
+        # keys this process claimed (their claim) or saw settled (when their record
+        # expires): a record that disappears before then was lost by the store
+        self.used: Recent[Held | float] = Recent()
 
     # -- before the tool runs ---------------------------------------------------------
 
@@ -259,21 +259,22 @@ class Writes:
             else:
                 now = gov.clock()
                 claim = self._claim(gov, c, owner, now)
+                store = gov.store
                 try:
-                    won = yield Blocking(gov.store.add, (rkey, claim, gc_s), gov.store.blocking)
-                    record = (
-                        None
-                        if won
-                        else (yield Blocking(gov.store.get, (rkey,), gov.store.blocking))
-                    )
+                    results = yield _batch(store, claim_ops(store, rkey, claim, gc_s))
                 except Exception as exc:
                     return self._store_down(gov, c, exc)
+                won, record = claim_results(store, results)
             if won:
                 if held is None:
                     held = Held(gov.store, rkey, claim, gc_s)
                     self.keeper.hold(held)
-                if rkey in self.used:  # we settled it before: the store lost the record
-                    return (yield from self._restore(gov, c, held))
+                before = self.used.get(rkey)
+                if before is not None and before is not held and now < _until(before):
+                    # this process claimed or saw this key before, and its record is gone:
+                    # the store lost it
+                    return (yield from self._restore(gov, c, held, before))
+                self.used.put(rkey, held)
                 return held
             if record is None:
                 continue  # released or collected in between: claim again
@@ -285,16 +286,14 @@ class Writes:
             state = record["state"]
             if state != "in_progress" and now >= record["expires"]:
                 # an expired record is as good as absent: take it over atomically
-                taken = yield from _swap(gov, rkey, record, claim)
+                taken = yield from _swap(gov, rkey, record, claim, lease=True)
                 if taken:
-                    held = Held(gov.store, rkey, claim, gc_s)
-                    self.keeper.hold(held)
-                    return held
+                    return self._took(gov, rkey, claim, gc_s)
                 continue
             if record["args"] != c.args_digest or record["tool"] != c.spec.name:
                 raise KeyReuseError(key, str(record["tool"]))
             if state == "completed":
-                self.used.put(rkey, True)
+                self.used.put(rkey, record["expires"])
                 self._replay(c, ("stored", decode_result(record.get("result"))), None)
                 if record.get("unrecordable"):
                     c.flag("result_not_recordable")
@@ -304,24 +303,24 @@ class Writes:
                 c.error = record.get("error")
                 return None
             if state == "unknown":
+                if self._running_here(rkey):  # it may still act: nothing to reconcile yet
+                    self._still_unknown(c, _RUNNING_HERE)
+                    return None
                 verdict, result = yield from self._reconcile(gov, c, key, record)
                 if verdict == "found":
                     done = self._done(gov, record, result[1], "reconciled")
                     if (yield from _swap(gov, rkey, record, done)):
-                        self.used.put(rkey, True)
+                        self.used.put(rkey, done["expires"])
                         self._replay(c, result, "late" if result[0] == "late" else "reconciled")
                         return None
                     continue
                 if verdict == "absent":
-                    if (yield from _swap(gov, rkey, record, claim)):
-                        held = Held(gov.store, rkey, claim, gc_s)
-                        self.keeper.hold(held)
-                        return held
+                    if (yield from _swap(gov, rkey, record, claim, lease=True)):
+                        return self._took(gov, rkey, claim, gc_s)
                     continue
                 return None
-            # in progress: its owner is alive while its beat moves
+            # in progress: its owner is alive while its lease is in the store
             mine = self.keeper.get(rkey)
-            left = float(record["lease_s"])
             if mine is not None and mine.owner == record["owner"]:
                 if mine.late is not None:  # our own attempt, abandoned after a timeout
                     if (yield Blocking(self.keeper.settle, (mine,), gov.store.blocking)):
@@ -329,13 +328,19 @@ class Writes:
                     self._still_unknown(c, "the abandoned attempt is still running")
                     return None
             else:
-                age = self._watch(gov, rkey, record)
-                left = max(float(record["lease_s"]) - age, 0.0)
-                if left <= 0:
-                    # its owner stopped renewing (died): the write may have happened
+                try:
+                    lease = yield Blocking(
+                        gov.store.get, (lease_key(rkey, record["owner"]),), gov.store.blocking
+                    )
+                except Exception as exc:
+                    return self._store_down(gov, c, exc)
+                if lease is None:
+                    # the store let its owner's lease lapse (the owner died, or could not
+                    # reach the store for a whole lease): the write may have happened
                     unknown = {**record, "state": "unknown", "owner": None, "unknown_at": now}
                     unknown["expires"] = now + gov.idempotency_ttl_s
                     yield from _swap(gov, rkey, record, unknown)
+                    c.flag("lease_expired")
                     continue
             if waited >= gov.in_progress_wait_s:
                 c.status, c.idem_state = ERROR, "in_progress"
@@ -344,7 +349,7 @@ class Writes:
                     f"this operation (key {key}) is being performed by another caller",
                     retryable=True,
                     hint="Wait for it, then call again with the same key to get its result.",
-                    retry_after=round(min(max(poll, min(left, 1.0)), 60.0), 3),
+                    retry_after=round(min(max(poll, min(float(record["lease_s"]), 1.0)), 60.0), 3),
                 )
                 return None
             step = min(poll, max(gov.in_progress_wait_s - waited, 0.001))
@@ -360,15 +365,18 @@ class Writes:
         )
         return None
 
-    def _watch(self, gov: Governor, rkey: str, record: dict[str, Any]) -> float:
-        """Seconds (on our own clock) since we first saw this exact beat of the record."""
-        now = gov.timer()
-        ident = (record["owner"], record["beat"])
-        seen = self._seen.get(rkey)
-        if seen is None or seen[0] != ident:
-            self._seen.put(rkey, (ident, now))
-            return 0.0
-        return max(now - float(seen[1]), 0.0)
+    def _running_here(self, rkey: str) -> bool:
+        """Whether an attempt of this process on this key has not ended."""
+        used = self.used.get(rkey)
+        return isinstance(used, Held) and used.running
+
+    def _took(self, gov: Governor, rkey: str, claim: dict[str, Any], gc_s: float) -> Held:
+        """A record taken over by a compare-and-set (expired, or UNKNOWN confirmed absent):
+        ours now, held while the attempt runs."""
+        held = Held(gov.store, rkey, claim, gc_s)
+        self.keeper.hold(held)
+        self.used.put(rkey, held)
+        return held
 
     def _claim(self, gov: Governor, c: Call, owner: str, now: float) -> dict[str, Any]:
         return {
@@ -396,13 +404,22 @@ class Writes:
         if how is not None:
             c.flag(f"reconciled_by_{how}")
 
-    def _restore(self, gov: Governor, c: Call, held: Held) -> Plan[Held | None]:
-        """We hold a fresh claim on a key this process saw settled: the store lost its
-        record. Reconcile first (§5.3); run only when the remote confirms absence."""
+    def _restore(
+        self, gov: Governor, c: Call, held: Held, before: Held | float
+    ) -> Plan[Held | None]:
+        """We hold a fresh claim on a key this process claimed or saw settled before:
+        the store lost its record. Reconcile first (§5.3); run only when the remote
+        confirms absence. While our earlier attempt still runs, nothing runs and the key
+        is UNKNOWN: that attempt's result is found on the next use."""
         c.flag("record_lost")
         key = c.idem_key or ""
-        verdict, result = yield from self._reconcile(gov, c, key, held.record)
+        verdict, result = "unknown", ("", None)
+        if isinstance(before, Held) and before.running:
+            self._still_unknown(c, _RUNNING_HERE)
+        else:
+            verdict, result = yield from self._reconcile(gov, c, key, held.record)
         if verdict == "absent":
+            self.used.put(held.rkey, held)
             return held
         if verdict == "found":
             new: dict[str, Any] = self._done(gov, held.record, result[1], "reconciled")
@@ -413,7 +430,9 @@ class Writes:
         except Exception as exc:
             c.flag(f"store_error: {describe(exc)}"[:300])
         self.keeper.drop(held)
+        held.ended(None)
         if verdict == "found":
+            self.used.put(held.rkey, new["expires"])
             self._replay(c, result, "late" if result[0] == "late" else "reconciled")
         return None
 
@@ -430,6 +449,7 @@ class Writes:
                     self.late.keep(rkey, c.late)
             return
         held, key = ticket, c.idem_key or ""
+        held.ended(c.late if c.status is UNKNOWN else None)
         if c.status is EXECUTED:
             done = self._done(gov, held.record, c.value, "owner")
             if "unrecordable" in done:
@@ -465,6 +485,7 @@ class Writes:
         # the tool raised (before its side effect, by the tool's contract): release the key
         yield from _held_swap(gov, c, held, None)
         self.keeper.drop(held)
+        self.used.forget(held.rkey, held)  # it may run again: nothing to reconcile
         c.idem_state = "released"
 
     def recorded(self, gov: Governor, c: Call, held: Held, saved: bool | Exception) -> None:
@@ -474,7 +495,7 @@ class Writes:
             c.flag(f"store_error: {type(saved).__name__}: {describe(saved)}"[:300])
         elif saved:
             self.keeper.drop(held)
-            self.used.put(held.rkey, True)
+            self.used.put(held.rkey, float(held.record["expires"]))
             c.idem_state = "completed"
             return
         # the tool ran but its result is not recorded: UNKNOWN, resolved from here
@@ -505,6 +526,8 @@ class Writes:
         held = None if ahead is None else ahead.held
         if held is None:
             return
+        held.ended(None)
+        self.used.forget(held.rkey, held)  # it never ran
         try:
             yield Blocking(held.swap, (None,), gov.store.blocking)
         except Exception:
@@ -515,6 +538,7 @@ class Writes:
     def interrupted(self, gov: Governor, c: Call, ticket: Held | bool) -> Plan[None]:
         """The attempt may have acted and nothing runs on: the record becomes UNKNOWN."""
         if isinstance(ticket, Held):
+            ticket.ended(None)
             unknown = {**ticket.record, "state": "unknown", "owner": None}
             unknown["unknown_at"] = now = gov.clock()
             unknown["expires"] = now + gov.idempotency_ttl_s
@@ -648,6 +672,11 @@ def unkeyed_key(st: SessionState, c: Call) -> str:
     return f"unkeyed:{st.session_id}:{c.spec.name}:{c.args_digest[:32]}"
 
 
+def _until(used: Held | float) -> float:
+    """Until when a key this process used is known to the store (its record's expiry)."""
+    return float(used.record["expires"]) if isinstance(used, Held) else used
+
+
 def _finished(value: Any) -> concurrent.futures.Future[Any]:
     fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
     fut.set_result(value)
@@ -655,15 +684,35 @@ def _finished(value: Any) -> concurrent.futures.Future[Any]:
 
 
 def _swap(
-    gov: Governor, rkey: str, expected: dict[str, Any], new: dict[str, Any] | None
+    gov: Governor,
+    rkey: str,
+    expected: dict[str, Any],
+    new: dict[str, Any] | None,
+    lease: bool = False,
 ) -> Plan[bool]:
+    """Compare-and-set of a record we do not hold; ``lease``: ``new`` is our claim, its
+    lease written with it."""
+    store, gc_s = gov.store, gov.idempotency_ttl_s + 3600
+    if not lease or new is None:
+        try:
+            won = yield Blocking(store.swap, (rkey, expected, new, gc_s), store.blocking)
+        except StoreError:
+            return False
+        return bool(won)
     try:
-        won = yield Blocking(
-            gov.store.swap, (rkey, expected, new, gov.idempotency_ttl_s + 3600), gov.store.blocking
-        )
+        results = yield _batch(store, leased(store, Op("swap", rkey, new, expected, gc_s), new))
     except StoreError:
         return False
-    return bool(won)
+    return results[won_at(store)] is True
+
+
+def _batch(store: Any, ops: list[Op]) -> Blocking:
+    """``batch(store, ops)`` as an effect: the store's own method when it has one (SQLite
+    runs it on an event loop's thread when it can, ``_effects``)."""
+    native = getattr(store, "batch", None)
+    if native is not None:
+        return Blocking(native, (ops,), store.blocking)
+    return Blocking(batch, (store, ops), store.blocking)
 
 
 def _held_swap(gov: Governor, c: Call, held: Held, new: dict[str, Any] | None) -> Plan[bool]:
@@ -697,20 +746,17 @@ class Claim:
         self._sent = False  # the claim's own operations were made
 
     def send(self, store: Any, ops: list[Op]) -> list[Any]:
-        own = [
-            Op("add", self.rkey, self.claim, ttl_s=self.gc_s),
-            Op("get", self.rkey, only_if=False),
-        ]
+        own = claim_ops(store, self.rkey, self.claim, self.gc_s)
         if not in_one_trip(store):  # one by one: the claim stands even if the rest fails
             self._claimed(store, one_by_one(store, own))
             return one_by_one(store, ops)
         results = batch(store, [*own, *ops])
         self._claimed(store, results)
-        return results[2:]
+        return results[len(own) :]
 
     def _claimed(self, store: Any, results: list[Any]) -> None:
-        self.record = results[1]
-        if results[0] is True:  # held at once: the keeper renews it while the call goes on
+        won, self.record = claim_results(store, results)
+        if won:  # held at once: the keeper renews it while the call goes on
             self.held = Held(store, self.rkey, self.claim, self.gc_s)
             self.writes.keeper.hold(self.held)
         self._sent = True

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import orjson
 
-from ..errors import StoreError
+from ..errors import ArgumentError, StoreError
 
 
 @runtime_checkable
@@ -70,6 +70,28 @@ class Op(NamedTuple):
     ttl_s: float | None = None
     only_if: bool | None = None
     durable: bool = True
+
+
+#: the longest idempotency key or session id, in bytes of UTF-8, that every store holds
+#: with room to spare for its prefix (a PostgreSQL index entry must fit in 2,704 bytes)
+MAX_KEY_BYTES = 1024
+
+
+def check_key(label: str, value: str) -> None:
+    """Refuse a key or session id that some store cannot hold, naming the problem: the
+    same limits for every store, so moving to another store never changes what works."""
+    if "\x00" in value:
+        raise ArgumentError(f"{label} contains a NUL character, which stores cannot hold", label)
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ArgumentError(
+            f"{label} contains a lone surrogate: it is not valid Unicode text", label
+        ) from None
+    if size > MAX_KEY_BYTES:
+        raise ArgumentError(
+            f"{label} is {size} bytes long (UTF-8); at most {MAX_KEY_BYTES} are allowed", label
+        )
 
 
 def batch(store: Any, ops: Sequence[Op]) -> list[Any]:

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..errors import StoreError
 from ._base import Op, dumps, loads
+from ._urls import target
 
 try:
     import psycopg
@@ -51,33 +52,43 @@ class PostgresStore:
         max_size: int = 10,
         timeout_s: float = 10.0,
     ) -> None:
-        self.dsn = dsn
+        self._target = where = target(dsn)
+        self.dsn = where.shown  # the password [redacted]: safe to print
         self.prefix = prefix
         connect_timeout = max(1, int(timeout_s))
+        failure: StoreError | None = None
         try:
             # one direct connection first: a wrong role, password or database fails here at
             # once with the server's reason, instead of the pool retrying (and logging) until
             # its timeout and then reporting only that it timed out
-            psycopg.connect(dsn, connect_timeout=connect_timeout, autocommit=True).close()
+            psycopg.connect(where.connect, connect_timeout=connect_timeout, autocommit=True).close()
         except psycopg.Error as exc:
-            raise StoreError(f"PostgreSQL store: {_reason(exc)}") from None
-        try:
-            self._pool = ConnectionPool(
-                dsn,
-                min_size=min_size,
-                max_size=max_size,
-                timeout=timeout_s,
-                open=True,
-                kwargs={"autocommit": True, "connect_timeout": connect_timeout},
-            )
-            with self._pool.connection() as conn, conn.transaction():
-                # one creator at a time: concurrent CREATE TABLE IF NOT EXISTS can collide
-                conn.execute("SELECT pg_advisory_xact_lock(727274)")
-                conn.execute(_SCHEMA)
-        except (psycopg.Error, OSError) as exc:
-            raise StoreError(f"PostgreSQL store: {type(exc).__name__}: {exc}") from exc
-        except Exception as exc:  # the pool's own timeout error
-            raise StoreError(f"PostgreSQL store: {type(exc).__name__}: {exc}") from exc
+            failure = StoreError(f"PostgreSQL store: {where.hide(_reason(exc))}")
+        if failure is None:
+            try:
+                self._pool = ConnectionPool(
+                    where.connect,
+                    min_size=min_size,
+                    max_size=max_size,
+                    timeout=timeout_s,
+                    open=True,
+                    kwargs={"autocommit": True, "connect_timeout": connect_timeout},
+                )
+                with self._pool.connection() as conn, conn.transaction():
+                    # one creator at a time: concurrent CREATE TABLE IF NOT EXISTS can collide
+                    conn.execute("SELECT pg_advisory_xact_lock(727274)")
+                    conn.execute(_SCHEMA)
+            except Exception as exc:  # a driver error, the pool's own timeout error
+                failure = self._failure(exc)
+        if failure is not None:
+            raise failure  # outside the handler: the driver's error is not chained to it
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self.dsn!r}, prefix={self.prefix!r})"
+
+    def _failure(self, exc: Exception) -> StoreError:
+        """A driver error as a ``StoreError`` whose message shows no password."""
+        return StoreError(f"PostgreSQL store: {type(exc).__name__}: {self._target.hide(str(exc))}")
 
     def _run(self, sql: str, params: tuple[Any, ...]) -> tuple[int, Any]:
         try:
@@ -86,7 +97,8 @@ class PostgresStore:
                 row = cur.fetchone() if cur.description is not None else None
                 return cur.rowcount, row
         except Exception as exc:
-            raise StoreError(f"PostgreSQL store: {type(exc).__name__}: {exc}") from exc
+            failure = self._failure(exc)
+        raise failure  # not chained: a traceback would print the driver's message as it is
 
     def get(self, key: str) -> Any | None:
         _, row = self._run(

@@ -8,11 +8,12 @@ only (not Redis Cluster).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import ConfigError, StoreError
 from ._base import Op, dumps, loads
+from ._urls import target
 
 try:
     import redis as _redis
@@ -91,59 +92,59 @@ class RedisStore:
         prefix: str = "headway:",
         timeout_s: float = 5.0,
     ) -> None:
-        self.url = url
+        self._target = target(url)
+        self.url = self._target.shown  # the password [redacted]: safe to print
         self.prefix = prefix
+        failure: ConfigError | None = None
         try:
             self._client = _redis.Redis.from_url(
-                url,
+                self._target.connect,
                 socket_timeout=timeout_s,
                 socket_connect_timeout=timeout_s,
                 decode_responses=True,
             )
         except ValueError as exc:  # redis-py's own URL checks
-            raise ConfigError(f"invalid Redis URL {url!r}: {exc}") from None
+            failure = ConfigError(f"invalid Redis URL {self.url!r}: {self._target.hide(str(exc))}")
+        if failure is not None:
+            raise failure  # outside the handler: the driver's error is not chained to it
         pool = self._client.connection_pool
         pool.connection_class = _one_write(pool.connection_class)
-        self._swap = self._client.register_script(_SWAP)
-        self._batch = self._client.register_script(_BATCH)
+        self._swap: Any = self._client.register_script(_SWAP)
+        self._batch: Any = self._client.register_script(_BATCH)
+
+    def __repr__(self) -> str:
+        return f"RedisStore({self.url!r}, prefix={self.prefix!r})"
 
     def _k(self, key: str) -> str:
         return self.prefix + key
 
-    def _fail(self, exc: Exception) -> StoreError:
-        return StoreError(f"Redis store {self.url}: {type(exc).__name__}: {exc}")
+    def _do(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)``; a driver error becomes a ``StoreError`` whose message
+        shows no password, with the driver's error not chained to it (a traceback would
+        print that one's message as it is)."""
+        try:
+            return fn(*args, **kwargs)
+        except _redis.RedisError as exc:
+            failure = StoreError(
+                f"Redis store {self.url}: {type(exc).__name__}: {self._target.hide(str(exc))}"
+            )
+        raise failure
 
     def get(self, key: str) -> Any | None:
-        try:
-            return loads(self._client.get(self._k(key)))
-        except _redis.RedisError as exc:
-            raise self._fail(exc) from exc
+        return loads(self._do(self._client.get, self._k(key)))
 
     def set(self, key: str, value: Any, ttl_s: float | None = None) -> None:
-        text = dumps(value)
-        try:
-            self._client.set(self._k(key), text, px=_px(ttl_s))
-        except _redis.RedisError as exc:
-            raise self._fail(exc) from exc
+        self._do(self._client.set, self._k(key), dumps(value), px=_px(ttl_s))
 
     def add(self, key: str, value: Any, ttl_s: float | None = None) -> bool:
         text = dumps(value)
-        try:
-            return bool(self._client.set(self._k(key), text, px=_px(ttl_s), nx=True))
-        except _redis.RedisError as exc:
-            raise self._fail(exc) from exc
+        return bool(self._do(self._client.set, self._k(key), text, px=_px(ttl_s), nx=True))
 
     def swap(self, key: str, expected: Any, value: Any | None, ttl_s: float | None = None) -> bool:
         new = "" if value is None else dumps(value)
         px = _px(ttl_s)
-        try:
-            return bool(
-                self._swap(
-                    keys=[self._k(key)], args=["" if px is None else px, dumps(expected), new]
-                )
-            )
-        except _redis.RedisError as exc:
-            raise self._fail(exc) from exc
+        args = ["" if px is None else px, dumps(expected), new]
+        return bool(self._do(self._swap, keys=[self._k(key)], args=args))
 
     def batch(self, ops: Sequence[Op]) -> list[Any]:
         """Several operations in one script: one round trip (see ``_base.batch``). Their
@@ -162,20 +163,14 @@ class RedisStore:
             cond = "" if op.only_if is None else ("1" if op.only_if else "0")
             keys.append(self._k(op.key))
             args += (op.name, cond, "" if px is None or op.name == "get" else str(px))
-        try:
-            replies = self._batch(keys=keys, args=args + values)
-        except _redis.RedisError as exc:
-            raise self._fail(exc) from exc
+        replies = self._do(self._batch, keys=keys, args=args + values)
         return [
             loads(r) if op.name == "get" else (None if r is None else r == 1)
             for op, r in zip(ops, replies, strict=True)
         ]
 
     def delete(self, key: str) -> None:
-        try:
-            self._client.delete(self._k(key))
-        except _redis.RedisError as exc:
-            raise self._fail(exc) from exc
+        self._do(self._client.delete, self._k(key))
 
     def close(self) -> None:
         self._client.close()
