@@ -45,11 +45,12 @@ import orjson
 
 from ._call import Call, describe
 from ._effects import Blocking, Plan, Sleep, Wait, drive_sync
+from ._epochs import trip
 from ._redact import scrub
 from .budgets import Meter, diagnostic
 from .errors import BudgetExceeded, LoopDetected, Stop
 from .idempotency import flush, with_rider
-from .stores._base import Op, in_one_trip
+from .stores._base import Op, batch, in_one_trip
 
 if TYPE_CHECKING:
     from ._session import Governor
@@ -226,6 +227,13 @@ def _update(
                 ok = done is True
             elif expected is None:
                 ok = yield Blocking(store.add, (key, new, ttl))
+            elif c is not None and c.guard is not None:
+                # a read served from an entry held here: settled only while the write
+                # epochs are still those it was held under (``_epochs``), else ``Moved``
+                guard, c.guard = c.guard, None
+                swap = Op("swap", key, new, expected, ttl, only_if=True, durable=durable)
+                _, done, current = yield trip(store, [guard, swap, Op("get", key, only_if=False)])
+                ok = done is True
             elif in_one_trip(store):  # the record read back in the same round trip
                 # the store's own method: a SQLite store runs it on the event loop (inline)
                 # (with a rider, above, the idempotency record keeps the batch durable)
@@ -366,8 +374,13 @@ def run_now(gov: Governor, st: SessionState, change: Callable[[], T]) -> T:
 
 def fetch(gov: Governor, st: SessionState) -> None:
     """Read the record when a handle opens (a run other workers may have moved on)."""
+    ops = [Op("get", gov.session_key(st.session_id))]
+    if st.epochs is not None:  # the write epochs too, in the same round trip
+        ops.append(Op("get", st.epochs.key))
     try:
-        rec = gov.store.get(gov.session_key(st.session_id))
+        rec, *epochs = batch(gov.store, ops)
+        if epochs:
+            st.epochs.seen(epochs[0])
     except Exception as exc:  # reads fail open: the first call tries again
         log.warning("store unavailable at session start (%s): %s", st.session_id, scrub(str(exc)))
         return

@@ -102,6 +102,9 @@ class SessionState:
     # never resumed (a stdio proxy's session: an id made for this process): its cache
     # epochs stay in memory, since no later run reads them back from the store
     transient: bool = False
+    # the write epochs published apart from the record (``_epochs.Epochs``): a shared
+    # session's own, or its workspace's; None: the epochs are ``generation``, kept here
+    epochs: Any = None
 
     def in_batch(self, key: str) -> bool:
         """Whether a read with this key ran or was served earlier in the same model turn:
