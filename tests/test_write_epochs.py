@@ -1,0 +1,257 @@
+"""A write's invalidation is never lost (semantics §6), and a workspace shares it (§1).
+
+Each test names what must hold; the stores are real (SQLite files, Redis, PostgreSQL)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import POSTGRES_URL, make_store, purge_prefix
+
+import headway
+from headway.stores._base import Op
+
+SHARED = [
+    "sqlite",
+    pytest.param("redis", marks=pytest.mark.redis),
+    pytest.param("postgres", marks=pytest.mark.postgres),
+]
+
+
+class HotRecord:
+    """A store whose session records are always moved on by another worker: every swap of
+    one fails (the record read back is the same), as on a session swapped very often."""
+
+    def __init__(self, inner: headway.Store) -> None:
+        self.inner, self.blocking, self.hot = inner, inner.blocking, False
+
+    def swap(self, key: str, expected: Any, value: Any, ttl_s: float | None = None) -> bool:
+        if self.hot and ":sess:" in key:
+            return False
+        return self.inner.swap(key, expected, value, ttl_s)
+
+    def batch(self, ops: Sequence[Op]) -> list[Any]:
+        results: list[Any] = []
+        last: Any = None
+        for op in ops:
+            if op.only_if is not None and (last is True) is not op.only_if:
+                last = None
+            elif self.hot and op.name == "swap" and ":sess:" in op.key:
+                last = False
+            else:
+                last = headway.stores._base.batch(self.inner, [op._replace(only_if=None)])[0]
+            results.append(last)
+        return results
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+class Faults:
+    """A store whose next ``fail`` operations raise, as a store error or a dropped
+    connection would."""
+
+    def __init__(self, inner: headway.Store) -> None:
+        self.inner, self.blocking, self.fail = inner, inner.blocking, 0
+
+    def __getattr__(self, name: str) -> Any:
+        fn = getattr(self.inner, name)
+        if name not in ("get", "set", "add", "swap", "delete", "batch"):
+            return fn
+
+        def op(*args: Any) -> Any:
+            if self.fail > 0:
+                self.fail -= 1
+                raise headway.StoreError("connection reset")
+            return fn(*args)
+
+        return op
+
+
+def _account(gov: headway.Governor, balance: list[int], on_pay: Any = None) -> None:
+    gov.register("balance", lambda: {"eur": balance[0]}, effect="read", deterministic=True)
+
+    def pay(amount: int) -> dict[str, int]:
+        balance[0] -= amount
+        if on_pay is not None:
+            on_pay()
+        return {"paid": amount}
+
+    gov.register("pay", pay, effect="write", timeout=None)
+
+
+def look(s: headway.Session, tool: str = "balance", args: Any = None) -> headway.Outcome:
+    """A read in a new user turn: never a repeat of the reads before it (the read-repeat
+    rule is not what these tests are about)."""
+    s.user_turn()
+    return s.call(tool, args)
+
+
+@pytest.mark.parametrize("kind", SHARED)
+def test_a_write_whose_record_swaps_all_fail_still_invalidates_every_worker(
+    kind: str, tmp_path: Path
+) -> None:
+    """The session record is swapped so often that the write's settle never lands its
+    swap: the write's invalidation is published all the same, and another worker's next
+    read runs instead of serving the balance from before the write."""
+    store = HotRecord(make_store(kind, tmp_path))
+    balance = [90]
+    a, b = headway.Governor(store=store), headway.Governor(store=store)
+    _account(a, balance)
+    _account(b, balance)
+    sa, sb = a.session("r"), b.session("r")
+    assert sb.call("balance").value == {"eur": 90}
+    assert sb.call("balance").status is headway.Status.CACHED  # held by b
+    store.hot = True
+    out = sa.call("pay", {"amount": 25})
+    assert out.executed
+    assert any("session_state_conflict" in f for f in sa.audit_records()[-1]["flags"])
+    store.hot = False
+    after = look(sb)
+    assert after.status is headway.Status.EXECUTED and after.value == {"eur": 65}
+    assert look(sa).value == {"eur": 65}
+    store.close()
+
+
+@pytest.mark.parametrize("kind", SHARED)
+@pytest.mark.parametrize("failures", [1, 2, 3])
+def test_store_errors_after_a_write_ran_never_let_a_read_be_served_from_before_it(
+    kind: str, failures: int, tmp_path: Path
+) -> None:
+    """The store fails just after the write's tool ran (its second publication, its
+    settle): no worker serves the pre-write balance, the writer included, and the writer
+    publishes what it owes on its next call, after which reads are cached again."""
+    faults = Faults(make_store(kind, tmp_path))
+    balance = [90]
+    a, b = headway.Governor(store=faults), headway.Governor(store=faults)
+
+    def drop() -> None:
+        faults.fail = failures
+
+    _account(a, balance, on_pay=drop)
+    _account(b, balance)
+    sa, sb = a.session("r"), b.session("r")
+    assert sa.call("balance").value == {"eur": 90}
+    assert sb.call("balance").status is headway.Status.CACHED
+    assert sa.call("pay", {"amount": 25}).executed
+    faults.fail = 0  # errors during the write's settle only
+    for s in (sb, sa, sb):
+        out = look(s)
+        assert out.value == {"eur": 65}, out
+    # published again by a's calls: the reads are cached once more
+    assert look(sb).status is headway.Status.CACHED
+    faults.close()
+
+
+@pytest.mark.postgres
+def test_the_writers_connections_terminated_mid_write_never_serve_a_stale_read() -> None:
+    """pg_terminate_backend of every connection of the writer's store while its write
+    runs: its settle loses its connection, and still no worker serves the pre-write
+    balance (only this test's connections are terminated: by an application_name)."""
+    import psycopg
+
+    prefix = f"t{uuid.uuid4().hex[:8]}:"
+    app = f"headway-epochs-{uuid.uuid4().hex[:8]}"
+    sep = "&" if "?" in POSTGRES_URL else "?"
+    try:
+        writer = headway.open_store(f"{POSTGRES_URL}{sep}application_name={app}", prefix=prefix)
+        reader = headway.open_store(POSTGRES_URL, prefix=prefix)
+    except headway.StoreError as exc:
+        pytest.skip(f"PostgreSQL is not reachable: {exc}")
+
+    def terminate() -> None:
+        with psycopg.connect(POSTGRES_URL, autocommit=True) as admin:
+            pids = admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = %s",
+                (app,),
+            ).fetchall()
+        assert pids, "the writer's connections were found"
+
+    balance = [90]
+    a, b = headway.Governor(store=writer), headway.Governor(store=reader)
+    _account(a, balance, on_pay=terminate)
+    _account(b, balance)
+    try:
+        sa, sb = a.session("r"), b.session("r")
+        assert sb.call("balance").value == {"eur": 90}
+        assert sa.call("balance").status is headway.Status.CACHED
+        assert sa.call("pay", {"amount": 25}).executed
+        assert look(sb).value == {"eur": 65}
+        assert look(sa).value == {"eur": 65}
+    finally:
+        writer.close()
+        reader.close()
+        purge_prefix(POSTGRES_URL, prefix)
+
+
+@pytest.mark.parametrize("kind", SHARED)
+@pytest.mark.parametrize("share_sessions", [True, False])
+def test_governors_of_one_workspace_see_each_others_writes(
+    kind: str, share_sessions: bool, tmp_path: Path
+) -> None:
+    """Two governors on one store and one workspace, each with its own session (two MCP
+    servers of one desktop client, each behind its own proxy): a write through one makes
+    the other's cached read run again. A third governor of another workspace is not
+    concerned: its read stays cached."""
+    store = make_store(kind, tmp_path)
+    files = {"a.txt": "old"}
+
+    def options() -> dict[str, Any]:
+        return {"store": store, "share_sessions": share_sessions}
+
+    fs = headway.Governor(**options(), workspace="w")
+    git = headway.Governor(**options(), workspace="w")
+    other = headway.Governor(**options(), workspace="elsewhere")
+    for gov in (fs, other):
+        gov.register("read_file", lambda path: files[path], effect="read", deterministic=True)
+    git.register("checkout", lambda branch: files.update({"a.txt": branch}), effect="write")
+    s_fs, s_git, s_other = fs.session("fs"), git.session("git"), other.session("x")
+    assert s_fs.call("read_file", {"path": "a.txt"}).value == "old"
+    assert s_fs.call("read_file", {"path": "a.txt"}).status is headway.Status.CACHED
+    assert s_other.call("read_file", {"path": "a.txt"}).value == "old"
+    assert s_git.call("checkout", {"branch": "main"}).executed
+    again = look(s_fs, "read_file", {"path": "a.txt"})
+    assert again.status is headway.Status.EXECUTED and again.value == "main"
+    assert s_other.call("read_file", {"path": "a.txt"}).status is headway.Status.CACHED
+    store.close()
+
+
+def test_without_a_workspace_governors_keep_their_own_cache(tmp_path: Path) -> None:
+    """No workspace: another governor's write in another session invalidates nothing here
+    (the behaviour before workspaces)."""
+    store = headway.SQLiteStore(str(tmp_path / "s.db"))
+    files = {"a.txt": "old"}
+    fs, git = headway.Governor(store=store), headway.Governor(store=store)
+    fs.register("read_file", lambda path: files[path], effect="read", deterministic=True)
+    git.register("checkout", lambda branch: files.update({"a.txt": branch}), effect="write")
+    s_fs = fs.session("fs")
+    assert s_fs.call("read_file", {"path": "a.txt"}).value == "old"
+    git.session("git").call("checkout", {"branch": "main"})
+    assert s_fs.call("read_file", {"path": "a.txt"}).status is headway.Status.CACHED
+    store.close()
+
+
+def test_a_workspace_on_an_in_process_store_is_shared_by_its_governors() -> None:
+    """Two governors of one workspace on one MemoryStore (one process)."""
+    store = headway.MemoryStore()
+    balance = [90]
+    a = headway.Governor(store=store, workspace="w")
+    b = headway.Governor(store=store, workspace="w")
+    _account(a, balance)
+    _account(b, balance)
+    sa = a.session("a")
+    assert sa.call("balance").value == {"eur": 90}
+    assert sa.call("balance").status is headway.Status.CACHED
+    assert b.session("b").call("pay", {"amount": 5}).executed
+    assert look(sa).value == {"eur": 85}
+
+
+@pytest.mark.parametrize("workspace", ["", "  ", 3])
+def test_a_workspace_must_be_a_name(workspace: Any) -> None:
+    with pytest.raises(headway.ConfigError, match="workspace"):
+        headway.Governor(workspace=workspace)
