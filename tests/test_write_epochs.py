@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import POSTGRES_URL, make_store, purge_prefix
 
 import headway
+from conftest import POSTGRES_URL, make_store, purge_prefix
 from headway.stores._base import Op
 
 SHARED = [
