@@ -255,3 +255,34 @@ def test_a_workspace_on_an_in_process_store_is_shared_by_its_governors() -> None
 def test_a_workspace_must_be_a_name(workspace: Any) -> None:
     with pytest.raises(headway.ConfigError, match="workspace"):
         headway.Governor(workspace=workspace)
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("postgres", marks=pytest.mark.postgres),
+    ],
+)
+def test_a_tenant_never_replays_another_tenants_record_copied_under_its_prefix(
+    kind: str, tmp_path: Path
+) -> None:
+    """Two tenants share a secret and a namespace, told apart by their store prefixes.
+    Tenant A's signed idempotency record, copied under tenant B's prefix, is refused by
+    B (logged as tampering; the keyed write fails closed): B's write is neither replayed
+    from A's result nor run."""
+    a_store, b_store = make_store(kind, tmp_path), make_store(kind, tmp_path)
+    a = headway.Governor(store=a_store, secret="shared")
+    b = headway.Governor(store=b_store, secret="shared")
+    runs: list[str] = []
+    for gov, name in ((a, "A"), (b, "B")):
+        gov.register("pay", lambda order, n=name: runs.append(n) or {"by": n}, effect="write")
+    assert a.session("r").call("pay", {"order": 1}, idempotency_key="k").value == {"by": "A"}
+    key = a.idempotency_record_key("k")
+    b_store.set(key, a_store.get(key))  # the raw signed record, under B's prefix
+    out = b.session("r").call("pay", {"order": 1}, idempotency_key="k")
+    assert out.status is not headway.Status.REPLAYED and out.value is None
+    assert runs == ["A"]
+    assert out.error is not None and out.error["code"] == "store_unavailable"
+    a_store.close()
+    b_store.close()
