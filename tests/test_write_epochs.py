@@ -4,6 +4,7 @@ Each test names what must hold; the stores are real (SQLite files, Redis, Postgr
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -276,7 +277,12 @@ def test_a_tenant_never_replays_another_tenants_record_copied_under_its_prefix(
     b = headway.Governor(store=b_store, secret="shared")
     runs: list[str] = []
     for gov, name in ((a, "A"), (b, "B")):
-        gov.register("pay", lambda order, n=name: runs.append(n) or {"by": n}, effect="write")
+
+        def pay(order: int, n: str = name) -> dict[str, str]:
+            runs.append(n)
+            return {"by": n}
+
+        gov.register("pay", pay, effect="write")
     assert a.session("r").call("pay", {"order": 1}, idempotency_key="k").value == {"by": "A"}
     key = a.idempotency_record_key("k")
     b_store.set(key, a_store.get(key))  # the raw signed record, under B's prefix
@@ -286,3 +292,30 @@ def test_a_tenant_never_replays_another_tenants_record_copied_under_its_prefix(
     assert out.error is not None and out.error["code"] == "store_unavailable"
     a_store.close()
     b_store.close()
+
+
+@pytest.mark.parametrize("kind", SHARED)
+def test_a_worker_rejects_an_older_signed_session_record_and_logs_it(
+    kind: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An older signed copy of the session record restored in the store (a budget stop
+    undone, write epochs of before a write): a worker that has seen a newer version keeps
+    its own state, raises the stop, logs the rollback with the session and both
+    versions, and writes its newer state back over the old copy."""
+    store = make_store(kind, tmp_path)
+    gov = headway.Governor(store=store, secret="s3cret")
+    gov.register("ping", lambda n: n, effect="read")
+    s = gov.session("r", budgets=headway.Budgets(tool_calls=3))
+    key = gov.session_key("r")
+    s.call("ping", {"n": 0})
+    old = store.get(key)  # the signed record after one step, as a backup would hold it
+    s.call("ping", {"n": 1})
+    s.call("ping", {"n": 2})  # the third call: the budget is reached
+    with pytest.raises(headway.BudgetExceeded):
+        s.call("ping", {"n": 3})
+    store.set(key, old)  # rolled back to the valid older copy
+    with caplog.at_level("WARNING", logger="headway"), pytest.raises(headway.BudgetExceeded):
+        gov.session("r").call("ping", {"n": 4})
+    rolled = [r.getMessage() for r in caplog.records if "rolled back" in r.getMessage()]
+    assert rolled and re.search(r"\(r\): version 2, older than version 6", rolled[0]), rolled
+    store.close()

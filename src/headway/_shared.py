@@ -73,6 +73,7 @@ def dump(st: SessionState, now: float) -> str:
     stop = st.stop
     agents = list(st.agents.items())[-_MAX_AGENTS:]
     record = {
+        "ver": st.version + 1,  # newer than every record seen here (``_load``)
         "t": now,
         "steps": st.steps,
         "stop": None
@@ -106,6 +107,21 @@ def load(st: SessionState, rec: Any, now: float) -> None:
 
 def _load(st: SessionState, text: str | None, now: float) -> None:
     st.remote = text
+    rec: Any = None if text is None else orjson.loads(text)
+    if rec is not None:
+        version = rec.get("ver", 0)  # absent from records of older versions
+        if type(version) is not int:
+            raise TypeError("a session record's version is an integer")
+        if version < st.version:  # an older copy restored: the next swap replaces it
+            log.warning(
+                "session record rolled back (%s): version %d, older than version %d seen "
+                "here; this worker's state is kept",
+                st.session_id,
+                version,
+                st.version,
+            )
+            return
+        st.version = version
     unsynced = st.meter.unsynced
     if text is None:
         st.steps, st.stop, st.provisional, st.would_stop = 0, None, None, None
@@ -121,7 +137,6 @@ def _load(st: SessionState, text: str | None, now: float) -> None:
         st.agents.clear()
         st.epoch += 1
         return
-    rec = orjson.loads(text)
     st.steps = rec["steps"]
     stop = rec["stop"]
     st.stop = None if stop is None else _STOPS[stop[0]](stop[1])
@@ -201,6 +216,7 @@ def _update(
             # a stop and the unknown writes may not (a stale read, a stopped run going
             # on, an UNKNOWN write run again without reconciling)
             durable = (st.epoch, st.stop, st.unknown_writes, st.unknown_steps) != before
+            written = st.version + 1
             try:
                 new: str | None = dump(st, gov.clock())
                 st.remote = new  # later changes in this process build on this one
@@ -254,6 +270,7 @@ def _update(
             return result
         if ok:
             with st.lock:
+                st.version = max(st.version, written)
                 unsynced = st.meter.unsynced
                 for tool, n in sent.items():
                     left = unsynced.get(tool, 0) - n

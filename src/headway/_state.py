@@ -93,6 +93,7 @@ class SessionState:
     # and the step whose budget stop is provisional until that step settles
     shared: bool = False
     remote: str | None = None
+    version: int = 0  # the newest version of the record read or written here (never older)
     provisional: int | None = None
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
     turns: Turns = dataclasses.field(default_factory=Turns)  # record writes, FIFO
