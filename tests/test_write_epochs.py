@@ -319,3 +319,25 @@ def test_a_worker_rejects_an_older_signed_session_record_and_logs_it(
     rolled = [r.getMessage() for r in caplog.records if "rolled back" in r.getMessage()]
     assert rolled and re.search(r"\(r\): version 2, older than version 6", rolled[0]), rolled
     store.close()
+
+
+@pytest.mark.parametrize("kind", SHARED)
+def test_randomized_contention_on_one_shared_session(kind: str, tmp_path: Path) -> None:
+    """Three workers of three threads on one session, cached reads and keyed payments,
+    store errors at random: 0 stale reads after an acknowledged write, 0 duplicates, 0
+    lost acknowledged results (``bench/contention_schedules.py`` runs more)."""
+    from contention import run_contention
+
+    first = make_store(kind, tmp_path)
+    prefix = getattr(first, "prefix", "")
+    first.close()
+
+    def store() -> headway.Store:
+        if kind == "sqlite":
+            return headway.SQLiteStore(str(tmp_path / "store.db"))
+        url = getattr(first, "url", None) or first.dsn  # type: ignore[attr-defined]
+        return headway.open_store(url, prefix=prefix)
+
+    counts = run_contention(store, calls=60)
+    assert counts["stale"] == counts["duplicates"] == counts["lost"] == 0, counts
+    assert counts["writes"] > 0 and counts["cached"] > 0, counts

@@ -92,27 +92,33 @@ def dump(st: SessionState, now: float) -> str:
     return orjson.dumps(record).decode()
 
 
-def load(st: SessionState, rec: Any, now: float) -> None:
+def load(st: SessionState, rec: Any, now: float, floor: int | None = None) -> None:
     """Make the local state the record's (None: a run seen for the first time, or expired).
-    A record this version cannot read starts the run afresh; the next swap replaces it."""
+    A record this version cannot read starts the run afresh; the next swap replaces it.
+
+    A record older than one seen here is refused: a rollback when it is older than
+    ``floor`` too (the newest version seen before it was read; None: all seen so far),
+    else a read that crossed a newer write of this process (ignored)."""
     try:
         if rec is not None and not isinstance(rec, str):
             raise TypeError(f"a session record is a JSON text, not {type(rec).__name__}")
-        _load(st, rec, now)
+        _load(st, rec, now, st.version if floor is None else floor)
     except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
         log.warning("unreadable session record (%s): %s", st.session_id, scrub(describe(exc)))
-        _load(st, None, now)
+        _load(st, None, now, st.version)
         st.remote = rec
 
 
-def _load(st: SessionState, text: str | None, now: float) -> None:
-    st.remote = text
+def _load(st: SessionState, text: str | None, now: float, floor: int) -> None:
     rec: Any = None if text is None else orjson.loads(text)
     if rec is not None:
         version = rec.get("ver", 0)  # absent from records of older versions
         if type(version) is not int:
             raise TypeError("a session record's version is an integer")
+        if floor <= version < st.version:
+            return  # read before a newer write of this process landed: nothing to learn
         if version < st.version:  # an older copy restored: the next swap replaces it
+            st.remote = text
             log.warning(
                 "session record rolled back (%s): version %d, older than version %d seen "
                 "here; this worker's state is kept",
@@ -122,6 +128,7 @@ def _load(st: SessionState, text: str | None, now: float) -> None:
             )
             return
         st.version = version
+    st.remote = text
     unsynced = st.meter.unsynced
     if text is None:
         st.steps, st.stop, st.provisional, st.would_stop = 0, None, None, None
@@ -354,6 +361,7 @@ def refresh(gov: Governor, st: SessionState, c: Call, seen: Any = None) -> Plan[
     from ._settle import check_stop
 
     entered = st.turns.entered
+    floor = st.version
     key = gov.session_key(st.session_id)
     gov.writes.claim_ahead(gov, c)  # a keyed write claims in the same round trip
     try:
@@ -369,7 +377,7 @@ def refresh(gov: Governor, st: SessionState, c: Call, seen: Any = None) -> Plan[
             # a write of another thread here in flight (or done) meanwhile: the record read
             # may be older than this state, which the next swap checks against the store
             if rec != st.remote and st.turns.quiet_since(entered):
-                load(st, rec, gov.clock())  # None: expired meanwhile, the run starts afresh
+                load(st, rec, gov.clock(), floor)  # None: expired meanwhile: starts afresh
             unchanged = seen is not None and st.epoch == seen
             check_stop(gov, st)
     except Stop:
@@ -391,6 +399,7 @@ def run_now(gov: Governor, st: SessionState, change: Callable[[], T]) -> T:
 
 def fetch(gov: Governor, st: SessionState) -> None:
     """Read the record when a handle opens (a run other workers may have moved on)."""
+    floor = st.version
     ops = [Op("get", gov.session_key(st.session_id))]
     if st.epochs is not None:  # the write epochs too, in the same round trip
         ops.append(Op("get", st.epochs.key))
@@ -404,6 +413,6 @@ def fetch(gov: Governor, st: SessionState) -> None:
     with st.lock:
         if rec is not None:
             if rec != st.remote:  # unchanged since this worker's last step: nothing to read
-                load(st, rec, gov.clock())
+                load(st, rec, gov.clock(), floor)
         elif st.remote is not None or "*" not in st.generation:
             load(st, None, gov.clock())  # new, or expired meanwhile: the run starts afresh
