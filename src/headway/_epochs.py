@@ -28,7 +28,8 @@ import random
 import threading
 import time
 import uuid
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ._effects import Blocking, Plan, Sleep, Wait
 from ._state import Turns
@@ -146,30 +147,85 @@ def _apply(
     return {"g": gen, "p": pending}
 
 
-def start(gov: Governor, ep: Epochs, c: Call, names: tuple[str, ...]) -> Plan[None]:
-    """Before a write runs: its epochs bumped and marked pending, everywhere."""
+def owe_start(gov: Governor, ep: Epochs, c: Call, names: tuple[str, ...]) -> None:
+    """Before a write runs: its epochs to bump and mark pending (``publish``, or riding
+    with the session record's read: ``ride``)."""
     token = uuid.uuid4().hex
     deadline = gov.deadline_s if gov.deadline_s is not None else 3600.0
     expiry = gov.clock() + deadline + _MARGIN_S
     c.epoch_token = token
     with ep.lock:
         ep.owed.append(("start", token, names, expiry))
+
+
+def owe_finish(ep: Epochs, c: Call, names: tuple[str, ...]) -> None:
+    """After a write ran (or may have, or was interrupted): its epochs to bump again, its
+    mark to remove. Until published, none of these reads is served here."""
+    with ep.lock:
+        ep.owed.append(("finish", c.epoch_token or "", names, 0.0))
+
+
+def start(gov: Governor, ep: Epochs, c: Call, names: tuple[str, ...]) -> Plan[None]:
+    """``owe_start``, published now."""
+    owe_start(gov, ep, c, names)
     yield from publish(gov, ep, c)
 
 
 def finish(gov: Governor, ep: Epochs, c: Call, names: tuple[str, ...]) -> Plan[None]:
-    """After a write ran (or may have): its epochs bumped again, its mark removed."""
-    token = c.epoch_token or ""
-    with ep.lock:
-        ep.owed.append(("finish", token, names, 0.0))
+    """``owe_finish``, published now."""
+    owe_finish(ep, c, names)
     yield from publish(gov, ep, c)
 
 
-def owe_finish(ep: Epochs, c: Call, names: tuple[str, ...]) -> None:
-    """A write interrupted while it ran: its second publication is owed, made by the next
-    call of this process (until then none of these reads is served here)."""
+class Ride(NamedTuple):
+    """What is owed, as operations sent with another batch (``ride``)."""
+
+    ep: Epochs
+    owed: list[tuple[str, str, tuple[str, ...], float]]
+    new: dict[str, Any]
+    ops: list[Op]
+
+
+def ride(gov: Governor, ep: Epochs | None) -> Ride | None:
+    """What this process owes on ``ep``, as two operations to append to a batch of the
+    session record (no round trip of its own): a compare-and-set of the epochs record,
+    and its read back when that fails. None: nothing owed, or a publication in flight
+    here. ``landed`` must follow."""
+    if ep is None or not ep.owed or not ep.turns.try_enter():
+        return None
     with ep.lock:
-        ep.owed.append(("finish", c.epoch_token or "", names, 0.0))
+        owed, expected = list(ep.owed), ep.value
+    if not owed:
+        ep.turns.leave()
+        return None
+    new = _apply(expected, owed, gov.clock())
+    ttl = gov.cache_gc_s
+    first = (
+        Op("add", ep.key, new, ttl_s=ttl)
+        if expected is None
+        else Op("swap", ep.key, new, expected, ttl)
+    )
+    return Ride(ep, owed, new, [first, Op("get", ep.key, only_if=False)])
+
+
+def landed(r: Ride | None, results: Sequence[Any] | None) -> None:
+    """The results of a ride's two operations (None: the batch failed: still owed)."""
+    if r is None:
+        return
+    ep = r.ep
+    try:
+        if results is None:
+            return
+        done, current = results
+        with ep.lock:
+            if done is True:
+                del ep.owed[: len(r.owed)]  # one publication at a time here: the first ones
+                ep.value = r.new
+                ep.serial += 1
+                return
+        ep.seen(current)
+    finally:
+        ep.turns.leave()
 
 
 def publish(gov: Governor, ep: Epochs, c: Call | None) -> Plan[bool]:

@@ -138,7 +138,8 @@ def _early(gov: Governor, st: SessionState, c: Call) -> Call | Outcome:
 
 def plan(gov: Governor, st: SessionState, c: Call) -> Plan[Outcome]:
     """The rest of a call begun by ``begin()``: everything that may wait on I/O."""
-    if st.epochs is not None and st.epochs.owed:  # an invalidation not published yet
+    if st.epochs is not None and st.epochs.owed and not st.shared:
+        # an invalidation not published yet (a shared session's rides with its record's)
         yield from _epochs.publish(gov, st.epochs, c)
     if st.shared:
         return (yield from _shared_plan(gov, st, c))
@@ -181,6 +182,10 @@ def _shared_plan(gov: Governor, st: SessionState, c: Call) -> Plan[Outcome]:
                 c = _again(gov, c)  # the record moved on: the full path, from the start
         else:
             c.looked_up, c.guard = True, None
+    ep = st.epochs
+    if c.effect == "write" and not c.early and gov.enforce and ep is not None and _publishes(gov):
+        # marked pending with the record's read (or reservation), before the write runs
+        _epochs.owe_start(gov, ep, c, _bumped(c))
     take = reserve if counts_calls(st) else refresh
     if not (yield from take(gov, st, c, seen)):
         c.looked_up = False  # looked up under epochs that may be older: look again
@@ -215,7 +220,10 @@ def _write(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
                 c.held = ticket
             ep = st.epochs
             if ep is not None and _publishes(gov):  # other workers' reads stop being served
-                yield from _epochs.start(gov, ep, c, _bumped(c))
+                if c.epoch_token is None:
+                    yield from _epochs.start(gov, ep, c, _bumped(c))
+                elif ep.owed:  # its mark did not ride with the record's read: now
+                    yield from _epochs.publish(gov, ep, c)
             try:
                 yield from execute(gov, st, c)
             except BaseException:
@@ -228,7 +236,7 @@ def _write(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
     if c.executed or c.status in _MAY_HAVE_CHANGED:
         yield from invalidate(gov, st, c)
     elif c.epoch_token is not None:  # it did not run after all: its pending mark goes
-        yield from _epochs.finish(gov, st.epochs, c, ())
+        yield from _published(gov, st, c, ())
 
 
 def _new_call(
@@ -518,7 +526,7 @@ def invalidate(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
         return  # no tool caches per session: nothing to invalidate, no store round trip
     names = _bumped(c)
     if ep is not None:  # published apart from the session record (``_epochs``)
-        yield from _epochs.finish(gov, ep, c, names)
+        yield from _published(gov, st, c, names)
         if st.shared:
             c.bumps = names  # in the record too, for the workers of earlier versions
         elif c.rider is not None:
@@ -622,3 +630,12 @@ def _guarded(gov: Governor, st: SessionState, c: Call, entry: Any) -> Any:
         return None
     c.guard = Op("swap", ep.key, ep.value, ep.value, gov.cache_gc_s, durable=False)
     return entry
+
+
+def _published(gov: Governor, st: SessionState, c: Call, names: tuple[str, ...]) -> Plan[None]:
+    """A write's second publication: with the step's record when a shared session settles
+    it (one round trip for both), else now."""
+    if st.shared:
+        _epochs.owe_finish(st.epochs, c, names)
+    else:
+        yield from _epochs.finish(gov, st.epochs, c, names)

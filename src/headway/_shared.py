@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import orjson
 
+from . import _epochs
 from ._call import Call, describe
 from ._effects import Blocking, Plan, Sleep, Wait, drive_sync
 from ._epochs import trip
@@ -203,6 +204,8 @@ def update(
         raise
     if c is not None and c.rider is not None:
         yield from flush(gov, c)
+    if c is not None and st.epochs is not None and st.epochs.owed:
+        yield from _epochs.publish(gov, st.epochs, c)  # did not ride with the record: now
     return result
 
 
@@ -234,6 +237,13 @@ def _update(
                 _withdraw(gov, st, expected, unwritable)
             _degrade(st, c, unwritable, expected, None)
             return result
+        # write epochs owed (a write's): published in the same round trip
+        carries = (c is not None and c.rider is not None) or (
+            expected is not None and (in_one_trip(store) or (c is not None and c.guard is not None))
+        )
+        r = _epochs.ride(gov, st.epochs) if carries else None
+        extra = r.ops if r is not None else []
+        rest: list[Any] = []
         try:
             if c is not None and c.rider is not None:
                 # with the keyed write's claim or completion; chained to a completion
@@ -244,8 +254,8 @@ def _update(
                     if expected is None
                     else Op("swap", key, new, expected, ttl, durable=durable)
                 )
-                done, current = yield from with_rider(
-                    gov, c, [first, Op("get", key, only_if=False)], chained=True
+                done, current, *rest = yield from with_rider(
+                    gov, c, [first, Op("get", key, only_if=False), *extra], chained=True
                 )
                 ok = done is True
             elif expected is None:
@@ -255,22 +265,27 @@ def _update(
                 # epochs are still those it was held under (``_epochs``), else ``Moved``
                 guard, c.guard = c.guard, None
                 swap = Op("swap", key, new, expected, ttl, only_if=True, durable=durable)
-                _, done, current = yield trip(store, [guard, swap, Op("get", key, only_if=False)])
+                _, done, current, *rest = yield trip(
+                    store, [guard, swap, Op("get", key, only_if=False), *extra]
+                )
                 ok = done is True
             elif in_one_trip(store):  # the record read back in the same round trip
                 # the store's own method: a SQLite store runs it on the event loop (inline)
                 # (with a rider, above, the idempotency record keeps the batch durable)
                 swap = Op("swap", key, new, expected, ttl, durable=durable)
-                done, current = yield Blocking(
+                done, current, *rest = yield Blocking(
                     store.batch,  # type: ignore[attr-defined]  # in_one_trip: it has one
-                    ([swap, Op("get", key, only_if=False)],),
+                    ([swap, Op("get", key, only_if=False), *extra],),
                 )
                 ok = done is True
             else:
                 ok = yield Blocking(store.swap, (key, expected, new, ttl))
+            _epochs.landed(r, rest)
+            r = None
             if not ok and current is _UNREAD:
                 current = yield Blocking(store.get, (key,))
         except Exception as exc:
+            _epochs.landed(r, None)
             if rounds == 1:
                 _withdraw(gov, st, expected, exc)
             _degrade(st, c, exc, expected, new)
@@ -348,6 +363,7 @@ def reserve(gov: Governor, st: SessionState, c: Call, seen: Any = None) -> Plan[
     try:
         yield from update(gov, st, c, change)
     except BaseException:
+        _unmark(st, c)
         yield from gov.writes.unclaim(gov, c)  # it does not run after all
         raise
     return attempts == [True]
@@ -364,14 +380,20 @@ def refresh(gov: Governor, st: SessionState, c: Call, seen: Any = None) -> Plan[
     floor = st.version
     key = gov.session_key(st.session_id)
     gov.writes.claim_ahead(gov, c)  # a keyed write claims in the same round trip
+    r = _epochs.ride(gov, st.epochs)  # write epochs owed: published in the same round trip
     try:
         if c.rider is not None:
-            (rec,) = yield from with_rider(gov, c, [Op("get", key)])
+            rec, *rest = yield from with_rider(gov, c, [Op("get", key), *(r.ops if r else ())])
+        elif r is not None:
+            rec, *rest = yield trip(gov.store, [Op("get", key), *r.ops])
         else:
-            rec = yield Blocking(gov.store.get, (key,))
+            rec, rest = (yield Blocking(gov.store.get, (key,))), []
     except Exception as exc:  # the call goes on with what this worker knows
+        _epochs.landed(r, None)
         _degrade(st, c, exc, None, None)
         rec = st.remote
+    else:
+        _epochs.landed(r, rest)
     try:
         with st.lock:
             # a write of another thread here in flight (or done) meanwhile: the record read
@@ -381,9 +403,16 @@ def refresh(gov: Governor, st: SessionState, c: Call, seen: Any = None) -> Plan[
             unchanged = seen is not None and st.epoch == seen
             check_stop(gov, st)
     except Stop:
+        _unmark(st, c)
         yield from gov.writes.unclaim(gov, c)  # stopped: the write does not run
         raise
     return unchanged
+
+
+def _unmark(st: SessionState, c: Call) -> None:
+    """A write that will not run: the pending mark of its epochs goes (next publication)."""
+    if c.epoch_token is not None and st.epochs is not None:
+        _epochs.owe_finish(st.epochs, c, ())
 
 
 def counts_calls(st: SessionState) -> bool:

@@ -53,6 +53,15 @@ class Turns:
             self._queue.append(fut)
             return fut
 
+    def try_enter(self) -> bool:
+        """The turn, if nobody has it (True); never waits."""
+        with self._lock:
+            if self._busy:
+                return False
+            self.entered += 1
+            self._busy = True
+            return True
+
     def leave(self) -> None:
         """Hand the turn to the next waiter still waiting."""
         with self._lock:
