@@ -15,6 +15,7 @@ import pytest
 import headway
 from conftest import POSTGRES_URL, make_store, purge_prefix
 from headway.stores._base import Op
+from headway.testing import FakeClock
 
 SHARED = [
     "sqlite",
@@ -341,3 +342,79 @@ def test_randomized_contention_on_one_shared_session(kind: str, tmp_path: Path) 
     counts = run_contention(store, calls=60)
     assert counts["stale"] == counts["duplicates"] == counts["lost"] == 0, counts
     assert counts["writes"] > 0 and counts["cached"] > 0, counts
+
+
+@pytest.mark.parametrize("kind", SHARED)
+def test_a_read_made_while_a_write_runs_is_not_cached_when_the_write_cannot_publish_after(
+    kind: str, tmp_path: Path
+) -> None:
+    """Worker b reads the balance while a's payment is running, before it takes effect;
+    the store then fails as a's payment settles. The balance b read during the write was
+    never cached (the write was marked pending before it ran), so neither b nor a is
+    served it afterwards."""
+    faults = Faults(make_store(kind, tmp_path))
+    balance = [90]
+    a, b = headway.Governor(store=faults), headway.Governor(store=faults)
+    _account(b, balance)
+    sb = b.session("r")
+
+    def pay(amount: int) -> dict[str, int]:
+        assert look(sb).value == {"eur": 90}  # read while the write runs: before its effect
+        balance[0] -= amount
+        faults.fail = 3  # the write's settle then fails
+        return {"paid": amount}
+
+    a.register("balance", lambda: {"eur": balance[0]}, effect="read", deterministic=True)
+    a.register("pay", pay, effect="write", timeout=None)
+    sa = a.session("r")
+    assert sa.call("balance").value == {"eur": 90}
+    assert sa.call("pay", {"amount": 25}).executed
+    faults.fail = 0
+    for s in (sb, sa, sb):
+        out = look(s)
+        assert out.value == {"eur": 65}, out
+
+
+@pytest.mark.parametrize("kind", SHARED)
+def test_a_writer_that_dies_before_publishing_after_leaves_no_read_from_before_it(
+    kind: str, tmp_path: Path
+) -> None:
+    """The writer's publication after the write never happens (it died): the mark made
+    before the write keeps the read uncached until it expires, and after that the read
+    is still not served from before the write (the mark came with a bump)."""
+    faults = Faults(make_store(kind, tmp_path))
+    clock = FakeClock()
+    balance = [90]
+    a = headway.Governor(store=faults, clock=clock, deadline_s=10)
+    b = headway.Governor(store=faults, clock=clock, deadline_s=10)
+    _account(a, balance, on_pay=lambda: setattr(faults, "fail", 10**6))
+    _account(b, balance)
+    sa, sb = a.session("r"), b.session("r")
+    assert sb.call("balance").value == {"eur": 90}
+    assert sb.call("balance").status is headway.Status.CACHED
+    assert sa.call("pay", {"amount": 25}).executed  # then a is gone: it never calls again
+    faults.fail = 0
+    assert look(sb).value == {"eur": 65}
+    clock.advance(10 + 61)  # the mark expired
+    assert look(sb).value == {"eur": 65}
+    assert look(sb).status is headway.Status.CACHED  # cached again, the new balance
+
+
+@pytest.mark.parametrize("kind", SHARED)
+def test_a_writer_that_could_not_publish_at_all_serves_none_of_its_reads_until_it_does(
+    kind: str, tmp_path: Path
+) -> None:
+    """The store fails through the whole write (neither publication lands): the writer
+    serves none of the session's cached reads, not even the entry it holds, and
+    publishes on its next call."""
+    faults = Faults(make_store(kind, tmp_path))
+    balance = [90]
+    a = headway.Governor(store=faults)
+    _account(a, balance)
+    sa = a.session("r")
+    assert sa.call("balance").value == {"eur": 90}  # held by a
+    faults.fail = 10**6
+    assert sa.call("pay", {"amount": 25}).executed  # an unkeyed write runs (fails open)
+    faults.fail = 0
+    out = sa.call("balance")
+    assert out.status is headway.Status.EXECUTED and out.value == {"eur": 65}
