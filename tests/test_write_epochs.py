@@ -418,3 +418,25 @@ def test_a_writer_that_could_not_publish_at_all_serves_none_of_its_reads_until_i
     faults.fail = 0
     out = sa.call("balance")
     assert out.status is headway.Status.EXECUTED and out.value == {"eur": 65}
+
+
+@pytest.mark.parametrize("kind", SHARED)
+async def test_async_calls_publish_and_honour_the_workspace_epochs(
+    kind: str, tmp_path: Path
+) -> None:
+    """The same through ``acall``: a write through one governor of the workspace, then a
+    read through another runs again (the async driver shares the one path)."""
+    store = make_store(kind, tmp_path)
+    balance = [90]
+    a = headway.Governor(store=store, workspace="w")
+    b = headway.Governor(store=store, workspace="w")
+    _account(a, balance)
+    _account(b, balance)
+    sa, sb = a.session("a"), b.session("b")
+    assert (await sa.acall("balance")).value == {"eur": 90}
+    assert (await sa.acall("balance")).status is headway.Status.CACHED
+    assert (await sb.acall("pay", {"amount": 5}, idempotency_key="p1")).executed
+    sa.user_turn()
+    again = await sa.acall("balance")
+    assert again.status is headway.Status.EXECUTED and again.value == {"eur": 85}
+    store.close()
