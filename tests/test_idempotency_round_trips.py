@@ -90,7 +90,7 @@ def test_a_keyed_write_in_a_shared_session_makes_two_round_trips(
         # with the claim, bumped and unmarked with the completion
         assert store.ops - before == 2
     assert store.get(gov.session_key("r")) is not None
-    epochs = store.get(f"default:wep:{{r}}")
+    epochs = store.get("default:wep:{r}")
     assert (epochs is not None and epochs["p"] == {}) is cached
     record = store.get(gov.idempotency_record_key("k2"))
     assert record["state"] == "completed" and record["result"] == {"v": {"ok": 2}}
