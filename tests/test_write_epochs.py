@@ -440,3 +440,26 @@ async def test_async_calls_publish_and_honour_the_workspace_epochs(
     again = await sa.acall("balance")
     assert again.status is headway.Status.EXECUTED and again.value == {"eur": 85}
     store.close()
+
+
+@pytest.mark.parametrize("kind", SHARED)
+def test_an_unreadable_epochs_record_is_replaced_by_the_next_write(
+    kind: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An epochs record that fails its integrity check (tampered): no read is served
+    from it, the next write replaces it at once (one publication, not a loop of
+    compare-and-set rounds), and reads are cached again after."""
+    store = make_store(kind, tmp_path)
+    balance = [90]
+    gov = headway.Governor(store=store, secret="s3cret")
+    _account(gov, balance)
+    s = gov.session("r")
+    assert s.call("balance").value == {"eur": 90}
+    assert s.call("pay", {"amount": 5}).executed
+    store.set("default:wep:{r}", {"hmac": "0" * 64, "v": {"g": {"*": 1}, "p": {}}})
+    assert s.call("pay", {"amount": 5}).executed
+    assert not any("epochs_unpublished" in f for f in s.audit_records()[-1]["flags"])
+    assert look(s).value == {"eur": 80}
+    assert look(s).status is headway.Status.CACHED
+    assert "tampering" in caplog.text
+    store.close()

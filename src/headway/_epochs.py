@@ -245,6 +245,7 @@ def publish(gov: Governor, ep: Epochs, c: Call | None) -> Plan[bool]:
 
 def _publish(gov: Governor, ep: Epochs, c: Call | None) -> Plan[bool]:
     store, ttl = gov.store, gov.cache_gc_s
+    unreadable = False
     for round_ in range(_ROUNDS):
         with ep.lock:
             owed = list(ep.owed)
@@ -253,7 +254,11 @@ def _publish(gov: Governor, ep: Epochs, c: Call | None) -> Plan[bool]:
             return True
         new = _apply(expected, owed, gov.clock())
         try:
-            if expected is None:
+            if expected is None and unreadable:
+                # a record there that no worker can read (tampered, or corrupt): replaced by
+                # a fresh one, whose new first epoch no cache entry has
+                ops = [Op("set", ep.key, new, ttl_s=ttl), Op("get", ep.key, only_if=False)]
+            elif expected is None:
                 ops = [Op("add", ep.key, new, ttl_s=ttl), Op("get", ep.key, only_if=False)]
             else:
                 ops = [Op("swap", ep.key, new, expected, ttl), Op("get", ep.key, only_if=False)]
@@ -268,6 +273,7 @@ def _publish(gov: Governor, ep: Epochs, c: Call | None) -> Plan[bool]:
                 ep.value = new
                 ep.serial += 1
                 return True
+        unreadable = expected is None and not _valid(current)
         ep.seen(current)
         if round_ >= 2:  # other writers: spread the retries out
             yield Sleep(random.uniform(0, 0.001 * min(round_, 20)))
