@@ -463,3 +463,28 @@ def test_an_unreadable_epochs_record_is_replaced_by_the_next_write(
     assert look(s).status is headway.Status.CACHED
     assert "tampering" in caplog.text
     store.close()
+
+
+@pytest.mark.parametrize("kind", SHARED)
+def test_a_fresh_worker_still_raises_a_stop_the_rolled_back_record_lost(
+    kind: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker that has seen nothing of the session (a new process) opens it after its
+    record was rolled back to a signed copy from before a budget stop: the stop, kept in
+    the session's epochs record with the version that first held it, is raised all the
+    same, and the rollback is logged."""
+    store = make_store(kind, tmp_path)
+    gov = headway.Governor(store=store, secret="s3cret")
+    gov.register("ping", lambda n: n, effect="read")
+    s = gov.session("r", budgets=headway.Budgets(tool_calls=2))
+    key = gov.session_key("r")
+    s.call("ping", {"n": 0})
+    old = store.get(key)
+    s.call("ping", {"n": 1})  # the budget is reached: the session stops
+    store.set(key, old)
+    fresh = headway.Governor(store=store, secret="s3cret")
+    fresh.register("ping", lambda n: n, effect="read")
+    with caplog.at_level("WARNING", logger="headway"), pytest.raises(headway.BudgetExceeded):
+        fresh.session("r", budgets=headway.Budgets(tool_calls=2)).call("ping", {"n": 2})
+    assert "holds its stop" in caplog.text
+    store.close()

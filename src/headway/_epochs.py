@@ -6,7 +6,8 @@ session (or of a ``workspace``: every governor of one store and one workspace na
 in a record of their own, ``{ns}:wep:{session}`` (``{ns}:wep:ws:{workspace}``), which only
 writes change:
 
-    {"g": {epoch name: counter}, "p": {write token: [expiry, [epoch names]]}}
+    {"g": {epoch name: counter}, "p": {write token: [expiry, [epoch names]]},
+     "s": [stop kind, diagnostic, record version] (a session's own record only)}
 
 A write publishes twice, each a compare-and-set retried until it lands (only writes
 contend for this record):
@@ -20,6 +21,10 @@ So a write whose second publication fails (a store error, a dead connection) lea
 first one in place: no worker serves those reads until it is published (this process
 retries on its next call) or its mark expires (the call's deadline, and a minute, later).
 While this process owes a publication, it serves and stores none of those reads either.
+
+A session's own epochs record also keeps its stop ("s"), with the version of the
+session record that first held it: a worker that has seen nothing of the session still
+raises the stop when the session record was rolled back to a copy from before it.
 """
 
 from __future__ import annotations
@@ -40,6 +45,9 @@ if TYPE_CHECKING:
     from ._session import Governor
     from ._state import SessionState
 
+# (kind, write token, epoch names, expiry of a start's mark | a stop's [kind, diagnostic,
+# version]): a change this process owes to an epochs record
+Owed = tuple[str, str, tuple[str, ...], Any]
 _ROUNDS = 1_000  # compare-and-set rounds before the publication is owed (writes only contend)
 _MARGIN_S = 60.0  # a pending mark outlives its write's deadline by this much
 
@@ -54,9 +62,7 @@ class Epochs:
         self.key = key
         self.value: dict[str, Any] | None = None
         self.serial = 0  # bumped whenever ``value`` changes (cache-key prefixes memo)
-        self.owed: list[
-            tuple[str, str, tuple[str, ...], float]
-        ] = []  # (kind, token, names, expiry)
+        self.owed: list[Owed] = []  # (kind, token, names, expiry)
         self.lock = threading.Lock()
         self.turns = Turns()  # one publication in flight per process
 
@@ -93,6 +99,10 @@ def _valid(value: Any) -> bool:
         and all(
             type(p) is list and len(p) == 2 and isinstance(p[0], int | float) and type(p[1]) is list
             for p in value["p"].values()
+        )
+        and (
+            "s" not in value
+            or (type(value["s"]) is list and len(value["s"]) == 3 and type(value["s"][2]) is int)
         )
     )
 
@@ -131,20 +141,21 @@ def _fresh() -> dict[str, Any]:
     return {"g": {"*": int(time.time() * 1000)}, "p": {}}
 
 
-def _apply(
-    value: dict[str, Any] | None, owed: list[tuple[str, str, tuple[str, ...], float]], now: float
-) -> dict[str, Any]:
+def _apply(value: dict[str, Any] | None, owed: list[Owed], now: float) -> dict[str, Any]:
     base = _fresh() if value is None else value
     gen = dict(base["g"])
     pending = {t: p for t, p in base["p"].items() if p[0] > now}  # expired marks collected
-    for kind, token, names, expiry in owed:
+    stop = base.get("s")
+    for kind, token, names, extra in owed:
         for name in names:
             gen[name] = gen.get(name, 0) + 1
         if kind == "start":
-            pending[token] = [expiry, list(names)]
+            pending[token] = [extra, list(names)]
+        elif kind == "stop":
+            stop = extra
         else:
             pending.pop(token, None)
-    return {"g": gen, "p": pending}
+    return {"g": gen, "p": pending} if stop is None else {"g": gen, "p": pending, "s": stop}
 
 
 def owe_start(gov: Governor, ep: Epochs, c: Call, names: tuple[str, ...]) -> None:
@@ -165,6 +176,13 @@ def owe_finish(ep: Epochs, c: Call, names: tuple[str, ...]) -> None:
         ep.owed.append(("finish", c.epoch_token or "", names, 0.0))
 
 
+def owe_stop(ep: Epochs, stop: list[Any]) -> None:
+    """A session's stop (``[kind, diagnostic, version of the record that holds it]``), kept
+    apart from its record too."""
+    with ep.lock:
+        ep.owed.append(("stop", "", (), stop))
+
+
 def start(gov: Governor, ep: Epochs, c: Call, names: tuple[str, ...]) -> Plan[None]:
     """``owe_start``, published now."""
     owe_start(gov, ep, c, names)
@@ -181,7 +199,7 @@ class Ride(NamedTuple):
     """What is owed, as operations sent with another batch (``ride``)."""
 
     ep: Epochs
-    owed: list[tuple[str, str, tuple[str, ...], float]]
+    owed: list[Owed]
     new: dict[str, Any]
     ops: list[Op]
 
@@ -280,12 +298,6 @@ def _publish(gov: Governor, ep: Epochs, c: Call | None) -> Plan[bool]:
     if c is not None:
         c.flag("epochs_unpublished: the epochs record kept changing")
     return False
-
-
-def settle_owed(gov: Governor, ep: Epochs, c: Call) -> Plan[None]:
-    """At the start of a call: retry what an earlier call could not publish."""
-    if ep.owed:
-        yield from publish(gov, ep, c)
 
 
 def trip(store: Any, ops: list[Op]) -> Blocking:

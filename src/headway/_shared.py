@@ -204,7 +204,7 @@ def update(
         raise
     if c is not None and c.rider is not None:
         yield from flush(gov, c)
-    if c is not None and st.epochs is not None and st.epochs.owed:
+    if st.epochs is not None and st.epochs.owed:
         yield from _epochs.publish(gov, st.epochs, c)  # did not ride with the record: now
     return result
 
@@ -293,6 +293,11 @@ def _update(
         if ok:
             with st.lock:
                 st.version = max(st.version, written)
+                stopped = before[1] is None and st.stop is not None
+                if stopped and st.epochs is not None and gov.workspace is None:
+                    # a session's own epochs record keeps its stop too (``_stop_kept_apart``)
+                    kind = "loop" if isinstance(st.stop, LoopDetected) else "budget"
+                    _epochs.owe_stop(st.epochs, [kind, st.stop.diagnostic, written])  # type: ignore[union-attr]
                 unsynced = st.meter.unsynced
                 for tool, n in sent.items():
                     left = unsynced.get(tool, 0) - n
@@ -331,6 +336,23 @@ def _degrade(st: SessionState, c: Call | None, exc: BaseException, expected: Any
         c.flag(text)
     else:
         log.warning("%s (session %s)", scrub(text), st.session_id)
+
+
+def _stop_kept_apart(gov: Governor, st: SessionState) -> None:
+    """The session's stop as its epochs record keeps it: raised even when the session
+    record was rolled back to a copy from before it (a worker that saw nothing else)."""
+    ep = st.epochs
+    kept = None if ep is None or ep.value is None or gov.workspace else ep.value.get("s")
+    if kept is None or st.stop is not None or st.version >= kept[2] or kept[0] not in _STOPS:
+        return
+    log.warning(
+        "session record rolled back (%s): version %d, older than version %d that holds "
+        "its stop; the stop stands",
+        st.session_id,
+        st.version,
+        kept[2],
+    )
+    st.stop = _STOPS[kept[0]](kept[1])
 
 
 def take(gov: Governor, st: SessionState, c: Call) -> None:
@@ -443,5 +465,6 @@ def fetch(gov: Governor, st: SessionState) -> None:
         if rec is not None:
             if rec != st.remote:  # unchanged since this worker's last step: nothing to read
                 load(st, rec, gov.clock(), floor)
+            _stop_kept_apart(gov, st)
         elif st.remote is not None or "*" not in st.generation:
             load(st, None, gov.clock())  # new, or expired meanwhile: the run starts afresh
