@@ -353,7 +353,10 @@ class Swaps:
         def op(*args: Any) -> Any:
             result = fn(*args)
             self.failed += name == "swap" and not result
-            self.gets += name == "get"
+            # a cache lookup: alone, or with the write epochs in one batch
+            self.gets += name == "get" or (
+                name == "batch" and any(o.name == "get" and ":cache:" in o.key for o in args[0])
+            )
             return result
 
         return op

@@ -66,6 +66,12 @@ class Call:
     reached: tuple[str, float, float, str] | None = None
     bumps: tuple[str, ...] = ()
     early: bool = False
+    # write epochs published apart from the session record (``_epochs``): a write's pending
+    # mark, a read whose epochs a pending write touches (neither served nor stored), and
+    # the epochs record's value a held entry was served under (the settling swap's guard)
+    epoch_token: str | None = None
+    no_store: bool = False
+    guard: Any = None
     _digest: str | None = None
 
     def __init__(

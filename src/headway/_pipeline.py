@@ -21,6 +21,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from . import _epochs
 from ._attempts import execute
 from ._call import Call, describe, identity, recordable, result_text
 from ._canonical import canonical_json, digest
@@ -113,8 +114,8 @@ def begin(
             c.idem_key = step_key(gov.namespace, st.session_id, str(step_id))
             if st.unknown_steps:  # §5.4: an identical write left UNKNOWN is being retried
                 c.idem_key = st.unknown_steps.get(unkeyed_key(st, c), c.idem_key)
-    if st.shared:
-        return c  # the session's state is in the store: everything else is in plan()
+    if st.shared or st.epochs is not None:
+        return c  # the session's state (or its epochs) in the store: the rest is in plan()
     cacheable = spec.cacheable()
     if c.effect == "read" and not (cacheable and gov.store.blocking):
         entry = None
@@ -139,6 +140,9 @@ def _early(gov: Governor, st: SessionState, c: Call) -> Call | Outcome:
 
 def plan(gov: Governor, st: SessionState, c: Call) -> Plan[Outcome]:
     """The rest of a call begun by ``begin()``: everything that may wait on I/O."""
+    if st.epochs is not None and st.epochs.owed and not st.shared:
+        # an invalidation not published yet (a shared session's rides with its record's)
+        yield from _epochs.publish(gov, st.epochs, c)
     if st.shared:
         return (yield from _shared_plan(gov, st, c))
     if counts_calls(st):
@@ -168,8 +172,10 @@ def _shared_plan(gov: Governor, st: SessionState, c: Call) -> Plan[Outcome]:
     if optimistic and c.spec.cacheable():
         key = _cache_key(gov, st, c)
         entry = _recall(gov, c.spec, key)
+        if entry is not None:
+            entry = _guarded(gov, st, c, entry)
         if entry is None:
-            entry = yield from store_op(gov, c, "get", key)
+            entry = yield from _lookup(gov, st, c)
             _hold(gov, st, c, entry)
         if _served(gov, st, c, entry):
             try:
@@ -177,7 +183,11 @@ def _shared_plan(gov: Governor, st: SessionState, c: Call) -> Plan[Outcome]:
             except Moved:
                 c = _again(gov, c)  # the record moved on: the full path, from the start
         else:
-            c.looked_up = True
+            c.looked_up, c.guard = True, None
+    ep = st.epochs
+    if c.effect == "write" and not c.early and gov.enforce and ep is not None and _publishes(gov):
+        # marked pending with the record's read (or reservation), before the write runs
+        _epochs.owe_start(gov, ep, c, _bumped(c))
     take = reserve if counts_calls(st) else refresh
     if not (yield from take(gov, st, c, seen)):
         c.looked_up = False  # looked up under epochs that may be older: look again
@@ -210,15 +220,25 @@ def _write(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
         if ticket is not None:
             if ticket is not True:
                 c.held = ticket
+            ep = st.epochs
+            if ep is not None and _publishes(gov):  # other workers' reads stop being served
+                if c.epoch_token is None:
+                    yield from _epochs.start(gov, ep, c, _bumped(c))
+                elif ep.owed:  # its mark did not ride with the record's read: now
+                    yield from _epochs.publish(gov, ep, c)
             try:
                 yield from execute(gov, st, c)
             except BaseException:
+                if ep is not None and c.epoch_token is not None:
+                    _epochs.owe_finish(ep, c, _bumped(c))  # published by the next call here
                 yield from writes.interrupted(gov, c, ticket)
                 raise
             yield from writes.after(gov, st, c, ticket)
     recordable(c)  # an unkeyed write whose result cannot be written: an ERROR that says it ran
     if c.executed or c.status in _MAY_HAVE_CHANGED:
         yield from invalidate(gov, st, c)
+    elif c.epoch_token is not None:  # it did not run after all: its pending mark goes
+        yield from _published(gov, st, c, ())
 
 
 def _new_call(
@@ -254,7 +274,9 @@ def _cache_key(gov: Governor, st: SessionState, c: Call) -> str:
     # an in-process store keys short arguments by their text; a shared one by their sha256
     args_id = c.args_digest if gov.store.blocking else c.args_id
     # the prefix changes only when a write bumps the epochs: remember it until then
-    epoch = st.epoch  # read before the generations (invalidate() bumps them first)
+    ep = st.epochs
+    # read before the generations (invalidate() bumps them first)
+    epoch: Any = st.epoch if ep is None else (st.epoch, ep.serial)
     if spec.resources is None:
         memo = st.key_prefixes.get(spec.name)
         if memo is not None and memo[0] is spec and memo[1] == epoch:
@@ -263,7 +285,13 @@ def _cache_key(gov: Governor, st: SessionState, c: Call) -> str:
     scope = (
         "global"
         if spec.scope == "global"
-        else st.session_id + "#" + _generation(st, spec.name, resources_of(spec, c.args))
+        else st.session_id
+        + "#"
+        + _generation(
+            st.generation if ep is None else ep.generation(),
+            spec.name,
+            resources_of(spec, c.args),
+        )
     )
     prefix = f"{gov.namespace}:cache:{{{scope}}}:{spec.name}:{spec.version}:"
     if spec.resources is None:
@@ -356,11 +384,11 @@ def _read(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
     if not c.looked_up:  # a shared store: the lookup is I/O
         entry = None
         if spec.cacheable():
-            entry = yield from store_op(gov, c, "get", _cache_key(gov, st, c))
+            entry = yield from _lookup(gov, st, c)
             _hold(gov, st, c, entry)
         if _served(gov, st, c, entry):
             return
-    if c.cache_key is None:
+    if c.cache_key is None or c.no_store:
         yield from execute(gov, st, c)
         recordable(c)
         return
@@ -476,10 +504,9 @@ def resources_of(spec: ToolSpec, args: Mapping[str, Any]) -> tuple[str, ...] | N
         return None
 
 
-def _generation(st: SessionState, tool: str, resources: tuple[str, ...] | None) -> str:
+def _generation(gen: dict[str, int], tool: str, resources: tuple[str, ...] | None) -> str:
     """The cache epoch of a read. Without resources it changes on any write; with
     resources, on writes that name one of them or that name nothing."""
-    gen = st.generation
     if resources is None:
         return f"{gen.get('any', 0)}.{gen.get('*', 0)}.{gen.get(tool, 0)}"
     parts = ".".join(str(gen.get("r:" + r, 0)) for r in resources)
@@ -494,17 +521,19 @@ def invalidate(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
     A keyed write's completion (``c.rider``) is sent with the new generation: one round
     trip; a session shared by workers writes both with the step's record instead.
     """
-    if not gov.has_session_cache():
+    ep = st.epochs
+    if not (ep is not None and _publishes(gov)) and not gov.has_session_cache():
         if c.rider is not None and not st.shared:
             yield from flush(gov, c)
         return  # no tool caches per session: nothing to invalidate, no store round trip
-    touched = None if c.spec.invalidates else resources_of(c.spec, c.args)
-    if c.spec.invalidates:
-        names: tuple[str, ...] = c.spec.invalidates
-    elif touched:
-        names = ("any", *("r:" + r for r in touched))
-    else:
-        names = ("any", "*")
+    names = _bumped(c)
+    if ep is not None:  # published apart from the session record (``_epochs``)
+        yield from _published(gov, st, c, names)
+        if st.shared:
+            c.bumps = names  # in the record too, for the workers of earlier versions
+        elif c.rider is not None:
+            yield from flush(gov, c)
+        return
     if st.shared:
         c.bumps = names  # written with the step's record when it settles: no round trip
         return
@@ -546,3 +575,69 @@ def direct_op(gov: Governor, c: Call, op: str, *args: Any) -> Any:
 
 def flag_store_error(c: Call, exc: BaseException) -> None:
     c.flag(f"store_error: {type(exc).__name__}: {describe(exc)}"[:300])
+
+
+def _publishes(gov: Governor) -> bool:
+    """Whether writes publish their epochs: some tool caches per session here, or other
+    governors of the workspace may."""
+    return gov.workspace is not None or gov.has_session_cache()
+
+
+def _bumped(c: Call) -> tuple[str, ...]:
+    """The cache epochs a write makes stale (``invalidate``)."""
+    if c.spec.invalidates:
+        return c.spec.invalidates
+    touched = resources_of(c.spec, c.args)
+    if touched:
+        return ("any", *("r:" + r for r in touched))
+    return ("any", "*")
+
+
+def _lookup(gov: Governor, st: SessionState, c: Call) -> Plan[Any]:
+    """A cacheable read's entry. With epochs published apart from the record, they are read
+    in the same round trip, and the entry is that of the key they make (a second trip
+    only when they changed). None, and ``c.no_store``, while a write touching the read's
+    epochs is pending or this process owes a publication: neither served nor stored."""
+    ep = st.epochs
+    if ep is None or c.spec.scope != "session":
+        return (yield from store_op(gov, c, "get", _cache_key(gov, st, c)))
+    entry = key = None
+    try:
+        for _ in range(3):
+            key = _cache_key(gov, st, c)
+            entry, value = yield _epochs.trip(gov.store, [Op("get", key), Op("get", ep.key)])
+            ep.seen(value)
+            if value is None:  # no write published yet, or the record expired
+                yield from _epochs.create(gov, ep)
+            elif _cache_key(gov, st, c) == key:
+                break
+    except Exception as exc:  # reads fail open: executed, not cached
+        flag_store_error(c, exc)
+        key = None
+    names = _epochs.read_names(c.spec.name, resources_of(c.spec, c.args))
+    if ep.value is None or c.cache_key != key or not ep.open_for(names, gov.clock()):
+        c.no_store = True
+        return None
+    return entry
+
+
+def _guarded(gov: Governor, st: SessionState, c: Call, entry: Any) -> Any:
+    """A held entry served only if the epochs record is still the one it was held under:
+    the settling swap of the record is guarded by it (``_shared``). None: look it up."""
+    ep = st.epochs
+    if ep is None or c.spec.scope != "session":
+        return entry
+    names = _epochs.read_names(c.spec.name, resources_of(c.spec, c.args))
+    if ep.value is None or not ep.open_for(names, gov.clock()):
+        return None
+    c.guard = Op("swap", ep.key, ep.value, ep.value, gov.cache_gc_s, durable=False)
+    return entry
+
+
+def _published(gov: Governor, st: SessionState, c: Call, names: tuple[str, ...]) -> Plan[None]:
+    """A write's second publication: with the step's record when a shared session settles
+    it (one round trip for both), else now."""
+    if st.shared:
+        _epochs.owe_finish(st.epochs, c, names)
+    else:
+        yield from _epochs.finish(gov, st.epochs, c, names)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, Unpack, overload
 
-from . import _pipeline, _shared
+from . import _epochs, _pipeline, _shared
 from ._call import describe
 from ._effects import Flights, drive_async, drive_sync
 from ._recent import Recent
@@ -61,6 +61,10 @@ class Governor:
     record that fails the check is treated as absent (an idempotency record: as a store
     fault, so keyed writes fail closed).
 
+    ``workspace`` names a set of governors sharing one store (the MCP servers of one desktop
+    client, each behind its own proxy; the workers of one deployment): a write through any
+    of them makes the session-scoped cached reads of all of them stale.
+
     With a store other processes share (SQLite, Redis, PostgreSQL), a session's state lives
     in the store: every worker that opens ``session(run_id)`` continues the same run
     (``share_sessions=False`` keeps it in this process, as with ``MemoryStore``). Its record
@@ -98,6 +102,7 @@ class Governor:
         agent: str | None = None,
         is_error: Callable[[Any], bool] | None = error_result,
         secret: str | None = None,
+        workspace: str | None = None,
     ) -> None:
         if secret is None:
             secret = os.environ.get("HEADWAY_SECRET") or None
@@ -109,6 +114,8 @@ class Governor:
             raise ConfigError("similarity must be in (0, 1] (5-gram Jaccard threshold)")
         if not (isinstance(session_ttl_s, int | float) and session_ttl_s > 0):
             raise ConfigError("session_ttl_s must be a number of seconds > 0")
+        if workspace is not None and (not isinstance(workspace, str) or not workspace.strip()):
+            raise ConfigError("workspace must be a non-empty name (or None: no workspace)")
         if store_failure not in ("closed", "open"):
             raise ConfigError("store_failure must be 'closed' (keyed writes refused) or 'open'")
         self.store: Store = store if store is not None else MemoryStore()
@@ -118,6 +125,9 @@ class Governor:
         self.no_progress_limit = no_progress_limit
         self.window = window
         self.namespace = namespace
+        self.workspace = workspace
+        # the workspace's write epochs (``_epochs``): its record, as this process knows it
+        self.epochs: dict[str, _epochs.Epochs] = {}
         self.task_limits = dict(task_limits or {})
         self.normalizers = tuple(normalizers)
         self.similarity = similarity
@@ -312,7 +322,8 @@ class Governor:
                 st.make_monitor = make_monitor
                 # a store other processes share holds the session: every worker continues it
                 st.shared = self.store.blocking and self.share_sessions
-                if not st.shared:
+                st.epochs = _epochs.of(self, st)
+                if st.epochs is None:
                     self._load_generation(st)
                 self._sessions[run_id] = st
                 while len(self._sessions) > 10_000:  # forget the oldest sessions' in-process state

@@ -43,13 +43,15 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import orjson
 
+from . import _epochs
 from ._call import Call, describe
 from ._effects import Blocking, Plan, Sleep, Wait, drive_sync
+from ._epochs import trip
 from ._redact import scrub
 from .budgets import Meter, diagnostic
 from .errors import BudgetExceeded, LoopDetected, Stop
 from .idempotency import flush, with_rider
-from .stores._base import Op, in_one_trip
+from .stores._base import Op, batch, in_one_trip
 
 if TYPE_CHECKING:
     from ._session import Governor
@@ -72,6 +74,7 @@ def dump(st: SessionState, now: float) -> str:
     stop = st.stop
     agents = list(st.agents.items())[-_MAX_AGENTS:]
     record = {
+        "ver": st.version + 1,  # newer than every record seen here (``_load``)
         "t": now,
         "steps": st.steps,
         "stop": None
@@ -90,20 +93,42 @@ def dump(st: SessionState, now: float) -> str:
     return orjson.dumps(record).decode()
 
 
-def load(st: SessionState, rec: Any, now: float) -> None:
+def load(st: SessionState, rec: Any, now: float, floor: int | None = None) -> None:
     """Make the local state the record's (None: a run seen for the first time, or expired).
-    A record this version cannot read starts the run afresh; the next swap replaces it."""
+    A record this version cannot read starts the run afresh; the next swap replaces it.
+
+    A record older than one seen here is refused: a rollback when it is older than
+    ``floor`` too (the newest version seen before it was read; None: all seen so far),
+    else a read that crossed a newer write of this process (ignored)."""
     try:
         if rec is not None and not isinstance(rec, str):
             raise TypeError(f"a session record is a JSON text, not {type(rec).__name__}")
-        _load(st, rec, now)
+        _load(st, rec, now, st.version if floor is None else floor)
     except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
         log.warning("unreadable session record (%s): %s", st.session_id, scrub(describe(exc)))
-        _load(st, None, now)
+        _load(st, None, now, st.version)
         st.remote = rec
 
 
-def _load(st: SessionState, text: str | None, now: float) -> None:
+def _load(st: SessionState, text: str | None, now: float, floor: int) -> None:
+    rec: Any = None if text is None else orjson.loads(text)
+    if rec is not None:
+        version = rec.get("ver", 0)  # absent from records of older versions
+        if type(version) is not int:
+            raise TypeError("a session record's version is an integer")
+        if floor <= version < st.version:
+            return  # read before a newer write of this process landed: nothing to learn
+        if version < st.version:  # an older copy restored: the next swap replaces it
+            st.remote = text
+            log.warning(
+                "session record rolled back (%s): version %d, older than version %d seen "
+                "here; this worker's state is kept",
+                st.session_id,
+                version,
+                st.version,
+            )
+            return
+        st.version = version
     st.remote = text
     unsynced = st.meter.unsynced
     if text is None:
@@ -120,7 +145,6 @@ def _load(st: SessionState, text: str | None, now: float) -> None:
         st.agents.clear()
         st.epoch += 1
         return
-    rec = orjson.loads(text)
     st.steps = rec["steps"]
     stop = rec["stop"]
     st.stop = None if stop is None else _STOPS[stop[0]](stop[1])
@@ -180,6 +204,8 @@ def update(
         raise
     if c is not None and c.rider is not None:
         yield from flush(gov, c)
+    if st.epochs is not None and st.epochs.owed:
+        yield from _epochs.publish(gov, st.epochs, c)  # did not ride with the record: now
     return result
 
 
@@ -200,6 +226,7 @@ def _update(
             # a stop and the unknown writes may not (a stale read, a stopped run going
             # on, an UNKNOWN write run again without reconciling)
             durable = (st.epoch, st.stop, st.unknown_writes, st.unknown_steps) != before
+            written = st.version + 1
             try:
                 new: str | None = dump(st, gov.clock())
                 st.remote = new  # later changes in this process build on this one
@@ -210,6 +237,13 @@ def _update(
                 _withdraw(gov, st, expected, unwritable)
             _degrade(st, c, unwritable, expected, None)
             return result
+        # write epochs owed (a write's): published in the same round trip
+        carries = (c is not None and c.rider is not None) or (
+            expected is not None and (in_one_trip(store) or (c is not None and c.guard is not None))
+        )
+        r = _epochs.ride(gov, st.epochs) if carries else None
+        extra = r.ops if r is not None else []
+        rest: list[Any] = []
         try:
             if c is not None and c.rider is not None:
                 # with the keyed write's claim or completion; chained to a completion
@@ -220,32 +254,50 @@ def _update(
                     if expected is None
                     else Op("swap", key, new, expected, ttl, durable=durable)
                 )
-                done, current = yield from with_rider(
-                    gov, c, [first, Op("get", key, only_if=False)], chained=True
+                done, current, *rest = yield from with_rider(
+                    gov, c, [first, Op("get", key, only_if=False), *extra], chained=True
                 )
                 ok = done is True
             elif expected is None:
                 ok = yield Blocking(store.add, (key, new, ttl))
+            elif c is not None and c.guard is not None:
+                # a read served from an entry held here: settled only while the write
+                # epochs are still those it was held under (``_epochs``), else ``Moved``
+                guard, c.guard = c.guard, None
+                swap = Op("swap", key, new, expected, ttl, only_if=True, durable=durable)
+                _, done, current, *rest = yield trip(
+                    store, [guard, swap, Op("get", key, only_if=False), *extra]
+                )
+                ok = done is True
             elif in_one_trip(store):  # the record read back in the same round trip
                 # the store's own method: a SQLite store runs it on the event loop (inline)
                 # (with a rider, above, the idempotency record keeps the batch durable)
                 swap = Op("swap", key, new, expected, ttl, durable=durable)
-                done, current = yield Blocking(
+                done, current, *rest = yield Blocking(
                     store.batch,  # type: ignore[attr-defined]  # in_one_trip: it has one
-                    ([swap, Op("get", key, only_if=False)],),
+                    ([swap, Op("get", key, only_if=False), *extra],),
                 )
                 ok = done is True
             else:
                 ok = yield Blocking(store.swap, (key, expected, new, ttl))
+            _epochs.landed(r, rest)
+            r = None
             if not ok and current is _UNREAD:
                 current = yield Blocking(store.get, (key,))
         except Exception as exc:
+            _epochs.landed(r, None)
             if rounds == 1:
                 _withdraw(gov, st, expected, exc)
             _degrade(st, c, exc, expected, new)
             return result
         if ok:
             with st.lock:
+                st.version = max(st.version, written)
+                stopped = before[1] is None and st.stop is not None
+                if stopped and st.epochs is not None and gov.workspace is None:
+                    # a session's own epochs record keeps its stop too (``_stop_kept_apart``)
+                    kind = "loop" if isinstance(st.stop, LoopDetected) else "budget"
+                    _epochs.owe_stop(st.epochs, [kind, st.stop.diagnostic, written])  # type: ignore[union-attr]
                 unsynced = st.meter.unsynced
                 for tool, n in sent.items():
                     left = unsynced.get(tool, 0) - n
@@ -286,6 +338,23 @@ def _degrade(st: SessionState, c: Call | None, exc: BaseException, expected: Any
         log.warning("%s (session %s)", scrub(text), st.session_id)
 
 
+def _stop_kept_apart(gov: Governor, st: SessionState) -> None:
+    """The session's stop as its epochs record keeps it: raised even when the session
+    record was rolled back to a copy from before it (a worker that saw nothing else)."""
+    ep = st.epochs
+    kept = None if ep is None or ep.value is None or gov.workspace else ep.value.get("s")
+    if kept is None or st.stop is not None or st.version >= kept[2] or kept[0] not in _STOPS:
+        return
+    log.warning(
+        "session record rolled back (%s): version %d, older than version %d that holds "
+        "its stop; the stop stands",
+        st.session_id,
+        st.version,
+        kept[2],
+    )
+    st.stop = _STOPS[kept[0]](kept[1])
+
+
 def take(gov: Governor, st: SessionState, c: Call) -> None:
     """Take the call's step: raise the session's stop, or count the step against the
     budgets. A step that reaches a budget stops the session at once (every worker's next
@@ -316,6 +385,7 @@ def reserve(gov: Governor, st: SessionState, c: Call, seen: Any = None) -> Plan[
     try:
         yield from update(gov, st, c, change)
     except BaseException:
+        _unmark(st, c)
         yield from gov.writes.unclaim(gov, c)  # it does not run after all
         raise
     return attempts == [True]
@@ -329,28 +399,42 @@ def refresh(gov: Governor, st: SessionState, c: Call, seen: Any = None) -> Plan[
     from ._settle import check_stop
 
     entered = st.turns.entered
+    floor = st.version
     key = gov.session_key(st.session_id)
     gov.writes.claim_ahead(gov, c)  # a keyed write claims in the same round trip
+    r = _epochs.ride(gov, st.epochs)  # write epochs owed: published in the same round trip
     try:
         if c.rider is not None:
-            (rec,) = yield from with_rider(gov, c, [Op("get", key)])
+            rec, *rest = yield from with_rider(gov, c, [Op("get", key), *(r.ops if r else ())])
+        elif r is not None:
+            rec, *rest = yield trip(gov.store, [Op("get", key), *r.ops])
         else:
-            rec = yield Blocking(gov.store.get, (key,))
+            rec, rest = (yield Blocking(gov.store.get, (key,))), []
     except Exception as exc:  # the call goes on with what this worker knows
+        _epochs.landed(r, None)
         _degrade(st, c, exc, None, None)
         rec = st.remote
+    else:
+        _epochs.landed(r, rest)
     try:
         with st.lock:
             # a write of another thread here in flight (or done) meanwhile: the record read
             # may be older than this state, which the next swap checks against the store
             if rec != st.remote and st.turns.quiet_since(entered):
-                load(st, rec, gov.clock())  # None: expired meanwhile, the run starts afresh
+                load(st, rec, gov.clock(), floor)  # None: expired meanwhile: starts afresh
             unchanged = seen is not None and st.epoch == seen
             check_stop(gov, st)
     except Stop:
+        _unmark(st, c)
         yield from gov.writes.unclaim(gov, c)  # stopped: the write does not run
         raise
     return unchanged
+
+
+def _unmark(st: SessionState, c: Call) -> None:
+    """A write that will not run: the pending mark of its epochs goes (next publication)."""
+    if c.epoch_token is not None and st.epochs is not None:
+        _epochs.owe_finish(st.epochs, c, ())
 
 
 def counts_calls(st: SessionState) -> bool:
@@ -366,14 +450,21 @@ def run_now(gov: Governor, st: SessionState, change: Callable[[], T]) -> T:
 
 def fetch(gov: Governor, st: SessionState) -> None:
     """Read the record when a handle opens (a run other workers may have moved on)."""
+    floor = st.version
+    ops = [Op("get", gov.session_key(st.session_id))]
+    if st.epochs is not None:  # the write epochs too, in the same round trip
+        ops.append(Op("get", st.epochs.key))
     try:
-        rec = gov.store.get(gov.session_key(st.session_id))
+        rec, *epochs = batch(gov.store, ops)
+        if epochs:
+            st.epochs.seen(epochs[0])
     except Exception as exc:  # reads fail open: the first call tries again
         log.warning("store unavailable at session start (%s): %s", st.session_id, scrub(str(exc)))
         return
     with st.lock:
         if rec is not None:
             if rec != st.remote:  # unchanged since this worker's last step: nothing to read
-                load(st, rec, gov.clock())
+                load(st, rec, gov.clock(), floor)
+            _stop_kept_apart(gov, st)
         elif st.remote is not None or "*" not in st.generation:
             load(st, None, gov.clock())  # new, or expired meanwhile: the run starts afresh

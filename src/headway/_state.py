@@ -53,6 +53,15 @@ class Turns:
             self._queue.append(fut)
             return fut
 
+    def try_enter(self) -> bool:
+        """The turn, if nobody has it (True); never waits."""
+        with self._lock:
+            if self._busy:
+                return False
+            self.entered += 1
+            self._busy = True
+            return True
+
     def leave(self) -> None:
         """Hand the turn to the next waiter still waiting."""
         with self._lock:
@@ -93,6 +102,7 @@ class SessionState:
     # and the step whose budget stop is provisional until that step settles
     shared: bool = False
     remote: str | None = None
+    version: int = 0  # the newest version of the record read or written here (never older)
     provisional: int | None = None
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
     turns: Turns = dataclasses.field(default_factory=Turns)  # record writes, FIFO
@@ -102,6 +112,9 @@ class SessionState:
     # never resumed (a stdio proxy's session: an id made for this process): its cache
     # epochs stay in memory, since no later run reads them back from the store
     transient: bool = False
+    # the write epochs published apart from the record (``_epochs.Epochs``): a shared
+    # session's own, or its workspace's; None: the epochs are ``generation``, kept here
+    epochs: Any = None
 
     def in_batch(self, key: str) -> bool:
         """Whether a read with this key ran or was served earlier in the same model turn:

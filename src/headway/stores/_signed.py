@@ -2,8 +2,9 @@
 
 With a secret configured (``Governor(secret=...)``, ``[governor] secret`` in TOML or the
 ``HEADWAY_SECRET`` environment variable), every stored value becomes
-``{"hmac": HMAC-SHA256(secret, key + value), "v": value}``. Whoever can write to the shared
-store but does not know the secret cannot plant a cache entry or rewrite an idempotency
+``{"hmac": HMAC-SHA256(secret, storage key + value), "v": value}``, over the whole key the
+wrapped store writes (its prefix, the namespace, the record's key). Whoever can write to the
+shared store but does not know the secret cannot plant a cache entry or rewrite an idempotency
 record: a value that fails the check is logged as tampering and
 
 - read as absent (a cache entry, a session's epochs, breaker state: recomputed), except
@@ -37,9 +38,14 @@ class SignedStore:
         self.inner = inner
         self.blocking = inner.blocking
         self._secret = secret.encode() if isinstance(secret, str) else secret
+        prefix = getattr(inner, "prefix", "")
+        self._prefix = prefix if isinstance(prefix, str) else ""
 
     def _mac(self, key: str, value: Any) -> str:
-        data = (key + "\x1f" + dumps(value)).encode("utf-8", "surrogatepass")
+        # the whole storage key: the wrapped store's prefix too (two tenants sharing a
+        # secret and a namespace, told apart by their prefixes, never accept each other's
+        # records). Without a prefix (SQLite, memory) the MAC is the one of earlier versions
+        data = (self._prefix + key + "\x1f" + dumps(value)).encode("utf-8", "surrogatepass")
         return hmac.new(self._secret, data, hashlib.sha256).hexdigest()
 
     def _sign(self, key: str, value: Any) -> dict[str, Any]:
