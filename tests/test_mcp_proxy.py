@@ -43,6 +43,12 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 UPSTREAM = Path(__file__).with_name("mcp_upstream.py")
 SRC = Path(__file__).resolve().parents[1] / "src"
 CONFIG = """
+[tools.lookup]
+deterministic = true
+
+[tools.ask]
+deterministic = true
+
 [tools.quote]
 ttl = 1.0
 
@@ -219,7 +225,19 @@ def text(result: Any) -> str:
     return "\n".join(getattr(c, "text", "") for c in result.content)
 
 
-async def test_a_closed_world_read_runs_once_and_its_third_repeat_is_a_correction(
+async def test_a_read_only_closed_world_tool_is_never_cached_on_its_annotations(
+    mcp: Caller,
+) -> None:
+    """A closed world still changes under other writers: the annotations make a read that
+    runs every time; only the operator's TOML makes an exact cache (lookup's table)."""
+    answers = [await mcp("tally", {"name": "t-closed"}) for _ in range(2)]
+    assert mcp.executions("tally", name="t-closed") == 2
+    assert [status(a) for a in answers] == ["executed", "executed"]
+    assert [text(a) for a in answers] == ["t-closed is at #1", "t-closed is at #2"]
+    assert [headway_meta(a).get("executed") for a in answers] == [True, True]
+
+
+async def test_a_read_declared_deterministic_runs_once_and_its_third_repeat_is_a_correction(
     mcp: Caller,
 ) -> None:
     answers = [await mcp("lookup", {"key": "k-closed"}) for _ in range(3)]
@@ -340,9 +358,12 @@ async def test_a_tool_list_change_reaches_the_client_and_the_new_tools_annotatio
             await asyncio.sleep(0.01)
     after = {t.name for t in await mcp.client.list_tools()}
     assert "hidden_lookup" not in before and "hidden_lookup" in after
-    answers = [await mcp("hidden_lookup", {"key": "h1"}) for _ in range(2)]
-    assert [status(a) for a in answers] == ["executed", "cached"]  # read-only, closed world
-    assert mcp.executions("hidden_lookup", key="h1") == 1
+    # its annotations say read-only: a read, so a client's idempotency key is ignored and
+    # both calls run (a tool declared by the safe default, a write, would replay the second)
+    key = {"headway/idempotency_key": f"hidden-{id(mcp)}"}
+    answers = [await mcp("hidden_lookup", {"key": "h1"}, **key) for _ in range(2)]
+    assert [status(a) for a in answers] == ["executed", "executed"]
+    assert mcp.executions("hidden_lookup", key="h1") == 2
 
 
 async def test_an_open_breaker_answers_with_the_configured_fallback(mcp: Caller) -> None:

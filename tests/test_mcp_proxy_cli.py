@@ -124,8 +124,9 @@ async def test_an_http_upstream_is_governed_and_its_death_is_a_clear_tool_error(
     port = free_port()
     log = tmp_path / "upstream.log"
     upstream = [sys.executable, str(UPSTREAM), str(log), "--http", str(port)]
+    (tmp_path / "headway.toml").write_text("[tools.lookup]\ndeterministic = true\n")
     args = ["-m", "headway.cli", "proxy", "--store", f"sqlite:///{tmp_path / 'h.db'}"]
-    args += ["--upstream", f"http://127.0.0.1:{port}/mcp"]
+    args += ["--config", "headway.toml", "--upstream", f"http://127.0.0.1:{port}/mcp"]
     transport = StdioTransport(
         command=sys.executable, args=args, cwd=str(tmp_path), env=child_env()
     )
@@ -175,7 +176,10 @@ async def test_the_proxy_server_in_process_answers_each_decision_as_documented(
     from test_mcp_proxy import UPSTREAM, headway_meta, status, text
 
     gov = headway.Governor(headway.SQLiteStore(str(tmp_path / "h.db")))
-    gov.tool_config = {"queue_depth": {"progress_fields": ["depth"]}}
+    gov.tool_config = {
+        "queue_depth": {"progress_fields": ["depth"]},
+        "lookup": {"deterministic": True},  # an exact cache only by the operator's word
+    }
     server = mcp_proxy.build(
         gov, [sys.executable, str(UPSTREAM), str(tmp_path / "log")], session_id="in-process"
     )

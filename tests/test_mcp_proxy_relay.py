@@ -122,6 +122,7 @@ def relay_in_process(tmp_path: Path) -> tuple[Relay, Ask]:
     """A relay driven line by line in this process (SQLite store, the upstream a real
     subprocess), and ``ask``: a request to it and its answer."""
     gov = headway.Governor(headway.SQLiteStore(str(tmp_path / "h.db")), share_sessions=False)
+    gov.tool_config = {"lookup": {"deterministic": True}}  # as a [tools.lookup] table says
     relay = Relay(gov, upstream(tmp_path), "in-process")
     seen: list[dict[str, Any]] = []
 
@@ -154,8 +155,8 @@ async def test_the_relay_in_process_passes_the_handshake_and_governs_each_tools_
     tmp_path: Path,
 ) -> None:
     """The relay driven line by line in this process (the upstream is a real subprocess):
-    the handshake and tools/list pass through as the upstream answered them, a closed-world
-    read runs once and its third repeat is a correction, and a malformed tools/call is a
+    the handshake and tools/list pass through as the upstream answered them, a read the
+    operator declared deterministic runs once and its third repeat is a correction, and a malformed tools/call is a
     JSON-RPC error naming what is missing."""
     relay, ask = relay_in_process(tmp_path)
     try:
@@ -318,7 +319,10 @@ async def test_a_store_file_locked_by_another_process_does_not_stop_the_relay(
     (a cacheable read: its result goes into the store) waits for the lock in a thread,
     and the relay serves other requests meanwhile."""
     db = tmp_path / "h.db"
-    client = await RawClient.start(tmp_path, "--store", f"sqlite:///{db}")
+    (tmp_path / "headway.toml").write_text("[tools.lookup]\ndeterministic = true\n")
+    client = await RawClient.start(
+        tmp_path, "--store", f"sqlite:///{db}", "--config", "headway.toml"
+    )
     await client.ask("tools/call", {"name": "lookup", "arguments": {"key": "warm"}})
     with locked(db):
         call = await client.request("tools/call", {"name": "lookup", "arguments": {"key": "x"}})

@@ -209,10 +209,7 @@ class Governor:
         operator = {**given, **self.tool_config.get(name, {})}  # the operator's file wins
         merged = operator
         if annotations is not None:
-            hinted = options_from_mcp(annotations)
-            if operator.get("effect", hinted["effect"]) != "read":
-                hinted.pop("deterministic", None)  # a hint about reads, on a tool made a write
-            merged = {**hinted, **operator}
+            merged = {**options_from_mcp(annotations), **operator}
         spec = make_spec(name, fn, **merged)
         old = self._specs.get(name)
         if old is not None and old != spec and not replace and name not in self._declared:
