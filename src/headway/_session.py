@@ -27,7 +27,7 @@ from .audit import AuditSink, MemoryAudit
 from .breaker import Breaker
 from .budgets import Budgets, diagnostic
 from .detectors import Detector, Monitor
-from .errors import BudgetExceeded, ClosedError, ConfigError
+from .errors import BudgetExceeded, ClosedError, ConfigError, LoopDetected
 from .idempotency import Writes
 from .outcome import Outcome
 from .retry import default_rng
@@ -513,12 +513,18 @@ class Session:
             count()
 
     def user_turn(self) -> None:
-        """A new user request: repeat and no-progress counters reset, budgets do not."""
+        """A new user request: repeat and no-progress counters reset, budgets do not, and
+        a no-progress stop is lifted (it ended the run the user asked for, not the
+        conversation); a budget's stop stays."""
         st = self._st
 
         def reset() -> None:
             for monitor in st.monitors():
                 monitor.user_turn()
+            if isinstance(st.stop, LoopDetected):
+                st.stop = None
+            if (st.would_stop or {}).get("terminated_by") == "no_progress":
+                st.would_stop = None  # shadow mode: the stop that would have been lifted
 
         if st.shared:
             _shared.run_now(self.governor, st, reset)
