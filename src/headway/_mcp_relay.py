@@ -32,6 +32,10 @@ from typing import Any
 import orjson
 
 from ._mcp_calls import (
+    IDEMPOTENCY_KEY,
+    Taken,
+    Turns,
+    UpstreamLostError,
     answer_json,
     declare,
     error_json,
@@ -39,6 +43,7 @@ from ._mcp_calls import (
     is_ask,
     judge_results,
     not_final,
+    result_key,
 )
 from ._session import Governor
 from .outcome import Outcome
@@ -160,8 +165,8 @@ class Upstream:
             await proc.wait()
         reason = f"connection closed: {self._exited(proc)}"
         for sent_to, done in self.pending.values():
-            if sent_to is proc and not done.done():
-                done.set_exception(ConnectionError(reason))
+            if sent_to is proc and not done.done():  # sent, and never answered: lost
+                done.set_exception(UpstreamLostError(reason))
         self.relay.upstream_closed(reason)
 
     def _received(self, line: bytes) -> None:
@@ -252,6 +257,8 @@ class Relay:
         # so its cache epochs stay in memory (a SQLite write per call saved)
         self.session._st.transient = True
         self.upstream = Upstream(command, self)
+        self.turns = Turns(gov.idle_turn_s, gov.timer)  # user turns where the client marks none
+        self.taken = Taken()  # when the results a later call may be served were received
         self._annotations: dict[str, dict[str, Any]] = {}
         self._schemas: dict[str, Any] = {}  # each tool's output schema, if it lists one
         self._forwarded: dict[Any, str] = {}  # the client's requests in flight -> method
@@ -416,10 +423,13 @@ class Relay:
                 ran.append(answer.get("result") or {})
                 return not_final(ran[-1]) if is_ask(ran[-1]) else ran[-1]
 
-            out = await govern(self.session, name, arguments, meta, forward)
+            session = self.session
+            out = await govern(session, name, arguments, meta, forward, self.turns, self.taken)
             if isinstance(out, Outcome):
                 ran_now = ran[-1] if ran else None
-                result = answer_json(out, ran_now, self.session.id, self._schemas.get(name))
+                stored = result_key(session.id, name, arguments, meta.get(IDEMPOTENCY_KEY))
+                when = self.taken.when(stored, out.value) if ran_now is None else None
+                result = answer_json(out, ran_now, session.id, self._schemas.get(name), when)
             else:
                 result = error_json(*out)
             self.to_client({"jsonrpc": "2.0", "id": rid, "result": result})
