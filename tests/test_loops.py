@@ -417,9 +417,12 @@ def test_every_correction_names_the_tool_the_count_and_the_arguments(gov: headwa
 def _loop_until_stopped(s: headway.Session) -> None:
     """Repeat a read served from its exact cache (each repeat is no progress) until the
     session stops with LoopDetected."""
-    with pytest.raises(headway.LoopDetected):
-        for _ in range(20):
+    for _ in range(20):
+        try:
             s.call("lookup", {"k": "a"})
+        except headway.LoopDetected:
+            return
+    raise AssertionError("never stopped")
 
 
 def test_a_new_user_turn_lifts_a_no_progress_stop_not_a_budget_stop(
@@ -439,10 +442,12 @@ def test_a_new_user_turn_lifts_a_no_progress_stop_not_a_budget_stop(
     assert s.call("other", {}).status is Status.EXECUTED
     assert s.steps == spent + 1  # the budgets were not reset
     calls = 1
-    with pytest.raises(headway.BudgetExceeded):
-        for i in range(20):
+    for i in range(20):
+        try:
             s.call("other", {"i": i})
-            calls += 1
+        except headway.BudgetExceeded:
+            break
+        calls += 1
     assert spent + calls == 12
     s.user_turn()
     with pytest.raises(headway.BudgetExceeded):  # a budget's stop is not lifted
