@@ -156,13 +156,21 @@ def test_the_readme_proxy_config_and_client_snippet_are_valid(tmp_path: Path) ->
     config.write_text(toml)
     gov = open_governor(str(config), f"sqlite:///{tmp_path / 'h.db'}", None)
     try:
-        spec = gov.register("get_workflow_run", None, annotations={"readOnlyHint": True})
+        spec = gov.register("get_job_status", None, annotations={"readOnlyHint": True})
         assert spec.poll and spec.effect == "read"
+        closed = {"readOnlyHint": True, "openWorldHint": False}
+        assert gov.register("git_show", None, annotations=closed).deterministic
+        assert not gov.register("git_status", None, annotations=closed).cacheable()
+        assert gov.idle_turn_s == 120
     finally:
         gov.close()
-    server = json.loads(snippet)["mcpServers"]["github"]
-    assert server["command"] == "headway" and server["args"][0] == "proxy"
-    assert "--" in server["args"]
+    servers = json.loads(snippet)["mcpServers"]
+    assert len(servers) == 2
+    for server in servers.values():  # one store and one workspace for both
+        args = server["args"]
+        assert server["command"] == "headway" and args[0] == "proxy" and "--" in args
+        assert args[args.index("--workspace") + 1] == "desktop"
+        assert args[args.index("--store") + 1] == "sqlite:////home/me/.headway/desktop.db"
 
 
 @pytest.mark.skipif(Client is None, reason="needs fastmcp: pip install 'headway[mcp]'")
