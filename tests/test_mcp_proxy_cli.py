@@ -30,6 +30,8 @@ def start_marker(tmp_path: Path) -> list[str]:
         ("[governor]\nno_progress_limit = 0\n", ["[governor]", "no_progress_limit"]),
         ("[governor]\nwindow = true\nno_such = 1\n", ["[governor]", "no_such"]),
         ("[tools.quote\n", ["not valid TOML"]),
+        ("[governor]\nidle_turn_s = -1\n", ["[governor]", "idle_turn_s"]),
+        ('[governor]\nworkspace = ""\n', ["[governor]", "workspace"]),
     ],
 )
 def test_a_bad_config_is_a_clear_error_naming_file_table_and_key_before_anything_starts(
@@ -53,6 +55,8 @@ def test_a_bad_config_is_a_clear_error_naming_file_table_and_key_before_anything
         (["--http", "nowhere"], "--http wants HOST:PORT"),
         (["--upstream", "http://127.0.0.1:9/mcp"], "give the upstream as"),
         (["--store", "ftp://x"], "unknown store URL scheme"),
+        (["--idle-turn", "-1"], "--idle-turn wants seconds >= 0"),
+        (["--workspace", ""], "--workspace wants a name"),
     ],
 )
 def test_bad_arguments_are_a_clear_error_before_the_upstream_starts_or_a_file_is_written(
@@ -67,6 +71,30 @@ def test_bad_arguments_are_a_clear_error_before_the_upstream_starts_or_a_file_is
     assert message in capsys.readouterr().err
     assert not (tmp_path / "started").exists()
     assert not (tmp_path / "headway.db").exists()
+
+
+def test_workspace_and_idle_turn_come_from_the_config_and_the_command_line_wins(
+    tmp_path: Path,
+) -> None:
+    from headway._proxy_cli import open_governor
+
+    config = tmp_path / "headway.toml"
+    config.write_text('[governor]\nworkspace = "desk"\nidle_turn_s = 30\n')
+    store = f"sqlite:///{tmp_path / 'h.db'}"
+    for options, expected in [
+        ({}, ("desk", 30.0)),
+        ({"workspace": "other", "idle_turn_s": 0.0}, ("other", 0.0)),
+    ]:
+        gov = open_governor(str(config), store, None, **options)
+        try:
+            assert (gov.workspace, gov.idle_turn_s) == expected
+        finally:
+            gov.close()
+    plain = open_governor(None, store, None)
+    try:
+        assert (plain.workspace, plain.idle_turn_s) == (None, 120.0)
+    finally:
+        plain.close()
 
 
 def test_a_proxy_needs_an_upstream(capsys: pytest.CaptureFixture[str]) -> None:

@@ -289,3 +289,32 @@ async def test_commits_with_the_same_message_are_each_seen_and_never_stopped(
             rounds.append(await call(s, "git_log", {**where, "max_count": 1}))
     truthful(*rounds)
     assert len({text(r) for r in rounds}) == 5
+
+
+@pytest.mark.xfail(
+    reason="needs shared write epochs per workspace (issue 30 item 6's core), merged "
+    "separately: the proxy passes --workspace to Governor(workspace=)",
+    strict=False,
+)
+async def test_a_write_through_one_server_makes_the_other_servers_cached_reads_stale(
+    tmp_path: Path, fs: tuple[list[str], Path]
+) -> None:
+    """Two servers of one desktop client, each behind its own proxy, on one store and one
+    workspace: a file written through one makes the other's cached read run again."""
+    upstream, root = fs
+    doc = root / "doc.txt"
+    doc.write_text("before\n")
+    config = "[tools.read_text_file]\ndeterministic = true\n"
+    store = ["--store", f"sqlite:///{tmp_path / 'shared.db'}", "--workspace", "desk"]
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    async with (
+        proxied(tmp_path / "a", upstream, *store, config=config) as reader,
+        proxied(tmp_path / "b", upstream, *store) as writer,
+    ):
+        first = await call(reader, "read_text_file", {"path": str(doc)})
+        served = await call(reader, "read_text_file", {"path": str(doc)})
+        await call(writer, "write_file", {"path": str(doc), "content": "after\n"})
+        again = await call(reader, "read_text_file", {"path": str(doc)})
+    assert [hw(r)["status"] for r in (first, served)] == ["executed", "cached"]
+    assert hw(again)["status"] == "executed" and text(again) == "after\n"

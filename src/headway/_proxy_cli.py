@@ -235,6 +235,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         if bool(command) == bool(args.upstream):
             raise ConfigError("give the upstream as -- COMMAND [ARGS...] or as --upstream URL")
+        if args.idle_turn is not None and not args.idle_turn >= 0:  # NaN too
+            raise ConfigError(f"--idle-turn wants seconds >= 0, not {args.idle_turn!r}")
+        if args.workspace is not None and not args.workspace:
+            raise ConfigError("--workspace wants a name")
         http = _host_port(args.http) if args.http else None
         registry, sinks = _metrics() if http and not args.no_metrics else (None, [])
         gov = open_governor(
