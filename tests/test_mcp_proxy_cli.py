@@ -81,11 +81,12 @@ def test_workspace_and_idle_turn_come_from_the_config_and_the_command_line_wins(
     config = tmp_path / "headway.toml"
     config.write_text('[governor]\nworkspace = "desk"\nidle_turn_s = 30\n')
     store = f"sqlite:///{tmp_path / 'h.db'}"
-    for options, expected in [
-        ({}, ("desk", 30.0)),
-        ({"workspace": "other", "idle_turn_s": 0.0}, ("other", 0.0)),
-    ]:
-        gov = open_governor(str(config), store, None, **options)
+    given: list[tuple[str | None, float | None, tuple[str, float]]] = [
+        (None, None, ("desk", 30.0)),
+        ("other", 0.0, ("other", 0.0)),
+    ]
+    for workspace, idle, expected in given:
+        gov = open_governor(str(config), store, None, workspace=workspace, idle_turn_s=idle)
         try:
             assert (gov.workspace, gov.idle_turn_s) == expected
         finally:
