@@ -371,3 +371,20 @@ def test_an_upstream_is_unreachable_after_a_closed_mcp_connection_or_an_os_error
     assert _unreachable(chained(BrokenPipeError()))
     assert not _unreachable(MCPError(-32602, "invalid params"))
     assert not _unreachable(ValueError("bad"))
+
+
+async def test_a_keyed_write_whose_upstream_exits_mid_call_is_unknown_and_never_run_again(
+    tmp_path: Path,
+) -> None:
+    """The request reached the upstream, which acted and exited: the outcome is unknown.
+    The write is not run again on the restarted upstream, in this call or with its key
+    later (no reconcile is known: it stays unknown), and the model reads so."""
+    key = {"headway/idempotency_key": "crash-key-1"}
+    async with relay_client(tmp_path, *upstream(tmp_path)) as client, asyncio.timeout(BOUND_S):
+        first = await client.call_tool("crash", {}, raise_on_error=False, meta=key)
+        again = await client.call_tool("crash", {}, raise_on_error=False, meta=key)
+        after = await client.call_tool("lookup", {"key": "k"})
+    assert [status(first), status(again)] == ["unknown", "unknown"]
+    assert "unknown" in text(first) and "retrying may help" not in text(first).lower()
+    assert (tmp_path / "upstream.log").read_text().splitlines().count("crash\t{}") == 1
+    assert text(after) == "value of k"  # the upstream was started again for other calls
