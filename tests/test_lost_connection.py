@@ -32,10 +32,10 @@ def test_a_write_that_acted_then_lost_its_connection_is_unknown_and_runs_once(
 
 def test_a_read_that_lost_its_connection_is_tried_again() -> None:
     gov = headway.Governor()
-    answers = iter([ConnectionResetError("reset"), "fresh"])
+    answers: list[Exception | str] = [ConnectionResetError("reset"), "fresh"]
 
     def look() -> str:
-        answer = next(answers)
+        answer = answers.pop(0)
         if isinstance(answer, Exception):
             raise answer
         return answer
@@ -47,10 +47,10 @@ def test_a_read_that_lost_its_connection_is_tried_again() -> None:
 
 def test_a_refused_connection_ran_nothing_and_a_keyed_write_may_be_retried() -> None:
     gov = headway.Governor()
-    answers = iter([ConnectionRefusedError("refused"), "paid"])
+    answers: list[Exception | str] = [ConnectionRefusedError("refused"), "paid"]
 
     def pay() -> str:
-        answer = next(answers)
+        answer = answers.pop(0)
         if isinstance(answer, Exception):
             raise answer
         return answer
