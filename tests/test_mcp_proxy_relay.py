@@ -373,6 +373,28 @@ def test_an_upstream_is_unreachable_after_a_closed_mcp_connection_or_an_os_error
     assert not _unreachable(ValueError("bad"))
 
 
+def test_an_upstream_lost_after_the_request_was_sent_is_told_from_one_never_reached() -> None:
+    """Lost (the call may have run: a write is UNKNOWN): an upstream that exited with the
+    request sent, an MCP "connection closed", a reset. Never reached (nothing ran): a
+    refused connection, a command that does not exist, a request the relay could not
+    write (a broken pipe under it)."""
+    from mcp.shared.exceptions import MCPError
+    from mcp_types import CONNECTION_CLOSED
+
+    from headway._mcp_calls import UpstreamError, UpstreamLostError, _lost
+
+    def chained(outer: BaseException, inner: BaseException) -> BaseException:
+        outer.__cause__ = inner
+        return outer
+
+    assert _lost(UpstreamLostError("connection closed: the upstream exited"))
+    assert _lost(chained(RuntimeError("x"), MCPError(CONNECTION_CLOSED, "connection closed")))
+    assert _lost(chained(RuntimeError("x"), ConnectionResetError()))
+    assert not _lost(chained(UpstreamError("connection closed"), BrokenPipeError()))
+    assert not _lost(chained(RuntimeError("x"), ConnectionRefusedError()))
+    assert not _lost(FileNotFoundError("no-such-server"))
+
+
 async def test_a_keyed_write_whose_upstream_exits_mid_call_is_unknown_and_never_run_again(
     tmp_path: Path,
 ) -> None:

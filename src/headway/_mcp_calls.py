@@ -59,6 +59,8 @@ def _lost(exc: BaseException) -> bool:
     for _ in range(10):
         if seen is None:
             return False
+        if isinstance(seen, UpstreamError):  # the relay said which it was
+            return isinstance(seen, UpstreamLostError)
         if isinstance(seen, ConnectionRefusedError | FileNotFoundError | PermissionError):
             return False
         if type(seen).__name__ in ("ConnectError", "ConnectTimeout"):

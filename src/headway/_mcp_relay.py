@@ -36,6 +36,7 @@ from ._mcp_calls import (
     IDEMPOTENCY_KEY,
     Taken,
     Turns,
+    UpstreamError,
     UpstreamLostError,
     answer_json,
     declare,
@@ -109,11 +110,14 @@ class Upstream:
             await loop.connect_read_pipe(lambda: lines, open(read_end, "rb", buffering=0))  # noqa: SIM115 (the transport closes it)
             self.proc, self._lines = proc, lines
             self._reader = asyncio.create_task(self._read(proc, lines))
-            for message in self.handshake:  # a restart: the upstream meets the client again
-                if "id" in message:
-                    await self._request(proc, message["method"], message.get("params"))
-                else:
-                    await self._write(proc, message)
+            try:
+                for message in self.handshake:  # a restart: the upstream meets the client again
+                    if "id" in message:
+                        await self._request(proc, message["method"], message.get("params"))
+                    else:
+                        await self._write(proc, message)
+            except UpstreamLostError as exc:  # it died before the caller's request was sent
+                raise UpstreamError(str(exc)) from exc
             return proc
 
     async def send(self, line: bytes) -> None:
@@ -148,13 +152,14 @@ class Upstream:
     async def _write(self, proc: asyncio.subprocess.Process, message: bytes | Any) -> None:
         data = message if isinstance(message, bytes) else dumps(message)
         stdin = proc.stdin
+        # not sent: the upstream cannot have read it (nothing ran)
         if stdin is None or proc.returncode is not None:
-            raise ConnectionError(f"connection closed: {self._exited(proc)}")
+            raise UpstreamError(f"connection closed: {self._exited(proc)}")
         try:
             stdin.write(data)
             await stdin.drain()
         except (BrokenPipeError, ConnectionResetError) as exc:
-            raise ConnectionError(f"connection closed: {self._exited(proc)}") from exc
+            raise UpstreamError(f"connection closed: {self._exited(proc)}") from exc
 
     async def _read(self, proc: asyncio.subprocess.Process, lines: _Lines) -> None:
         # until its stdout ends, a line passes LINE_LIMIT or the pipe breaks: then the
