@@ -27,10 +27,13 @@ tools, resources and prompts unchanged, and governs every tool call: reads are
 deduplicated by their quadrant, writes with an idempotency key run once, repeated calls
 without progress are corrected, and a stopped session answers each later call with its
 diagnostic. Each tool's spec is the config's [tools.NAME] table if present, else the
-upstream's MCP annotations, else the safe default (an unkeyed write).
+upstream's MCP annotations (a read-only tool is a read that runs every time: only the
+config's deterministic or ttl make a cache), else the safe default (an unkeyed write).
 
 A client passes an idempotency key in the request's _meta as "headway/idempotency_key",
-and may signal a new user request with "headway/user_turn": true."""
+and may signal a new user request with "headway/user_turn": true; without it, a pause of
+--idle-turn seconds with no call in flight is one. A new user request lifts a no-progress
+stop (budgets stay spent)."""
 
 EPILOG = """\
 examples:

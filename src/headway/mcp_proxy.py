@@ -8,9 +8,10 @@ upstream, the lighter JSON-RPC relay of ``_mcp_relay``. Each client session is a
 session: the proxy process over stdio, the MCP session id over streamable HTTP.
 
 What the client receives: EXECUTED is the upstream's result; CACHED and REPLAYED are the
-stored upstream result; CORRECTED, UNKNOWN, ERROR and a stop are tool results with
-``isError: true`` and headway's text. Every governed result carries ``_meta.headway``
-(status, step, executed). An upstream result with ``isError: true`` reaches the client as
+stored upstream result with a text block saying so (and when it was taken); CORRECTED,
+UNKNOWN, ERROR and a stop are tool results with ``isError: true`` and headway's text.
+Every governed result carries ``_meta.headway`` (status, step, executed: the upstream ran
+the call and answered during it). An upstream result with ``isError: true`` reaches the client as
 it was, and counts as an error for headway (never cached, repeated-error correction).
 """
 
