@@ -49,6 +49,14 @@ def lookup(key: str) -> str:
     return f"value of {key}"
 
 
+@mcp.tool(annotations=READ_CLOSED)
+def tally(name: str) -> str:
+    """A read-only, closed-world counter whose answer changes with every call (a closed
+    world changes under other writers: a file, a repository, a clock)."""
+    n = executed("tally", name=name)
+    return f"{name} is at #{n}"
+
+
 @mcp.tool(annotations=READ_OPEN)
 def quote(symbol: str) -> str:
     """A read-only, open-world price: it changes with time."""

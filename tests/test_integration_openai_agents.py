@@ -557,6 +557,7 @@ def mcp_agent(server: FakeMCPServer, gov: headway.Governor, model: ScriptedModel
 
 def test_mcp_annotations_make_a_read_cacheable_and_its_third_repeat_corrected() -> None:
     gov, server = headway.Governor(), FakeMCPServer()
+    gov.tool_config = {"lookup": {"deterministic": True}}  # a cache: the operator's word
     out = outputs(run(mcp_agent(server, gov, turns(*[("lookup", {"q": "ACME"})] * 3))))
     assert server.calls == [("lookup", {"q": "ACME"})]
     assert "ACME: Acme Corp" in out[0] and "stored result" in out[1]
@@ -575,6 +576,7 @@ def test_a_corrected_mcp_call_is_a_failed_call_for_the_sdk_a_cached_one_is_not()
         flags.append(ctx.is_error)
 
     gov, server = headway.Governor(), FakeMCPServer(custom_data_extractor=extract)
+    gov.tool_config = {"lookup": {"deterministic": True}}
     run(mcp_agent(server, gov, turns(*[("lookup", {"q": "ACME"})] * 3)))
     assert len(server.calls) == 1
     assert flags == [False, False, True]  # executed, cached, corrected

@@ -532,6 +532,7 @@ def test_an_mcp_toolsets_annotations_make_specs_and_its_errors_are_errors() -> N
         raise ValueError("warehouse offline")
 
     gov = headway.Governor()
+    gov.tool_config = {"sku": {"deterministic": True}}  # annotations never make a cache
     calls = [[("sku", {"code": "M-330"})]] * 3 + [[("restock", {"code": "M-330"})]] * 3
     agent = Agent(
         scripted(*calls),

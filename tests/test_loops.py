@@ -412,3 +412,64 @@ def test_every_correction_names_the_tool_the_count_and_the_arguments(gov: headwa
     s.user_turn()
     error = run(s, [("book", {"amount": a}) for a in (1, 2, 3)])[-1].to_model()
     assert "book" in error and "3 times" in error and '{"amount":3}' in error and "1002" in error
+
+
+def _loop_until_stopped(s: headway.Session) -> None:
+    """Repeat a read served from its exact cache (each repeat is no progress) until the
+    session stops with LoopDetected."""
+    for _ in range(20):
+        try:
+            s.call("lookup", {"k": "a"})
+        except headway.LoopDetected:
+            return
+    raise AssertionError("never stopped")
+
+
+def test_a_new_user_turn_lifts_a_no_progress_stop_not_a_budget_stop(
+    gov: headway.Governor,
+) -> None:
+    """A no-progress stop ends the run the user asked for, not the conversation: the next
+    user turn lifts it. A budget's stop stays, and the budgets stay spent."""
+    gov.register("lookup", ScriptedTool(["v"]), effect="read", deterministic=True)
+    gov.register("other", ScriptedTool(["o1", "o2", "o3"]), effect="read")
+    s = gov.session("r", budgets=headway.Budgets(tool_calls=12))
+    _loop_until_stopped(s)
+    spent = s.steps
+    with pytest.raises(headway.LoopDetected):
+        s.call("other", {})
+    s.user_turn()
+    assert not s.stopped
+    assert s.call("other", {}).status is Status.EXECUTED
+    assert s.steps == spent + 1  # the budgets were not reset
+    calls = 1
+    for i in range(20):
+        try:
+            s.call("other", {"i": i})
+        except headway.BudgetExceeded:
+            break
+        calls += 1
+    assert spent + calls == 12
+    s.user_turn()
+    with pytest.raises(headway.BudgetExceeded):  # a budget's stop is not lifted
+        s.call("other", {})
+
+
+def test_a_user_turn_lifts_the_stop_of_a_session_shared_through_the_store(
+    tmp_path: Any,
+) -> None:
+    """The lifted stop is written to the session's record: another worker sharing the
+    store continues the run, no longer stopped."""
+    url = str(tmp_path / "h.db")
+    govs = [headway.Governor(headway.SQLiteStore(url)) for _ in range(2)]
+    for g in govs:
+        g.register("lookup", ScriptedTool(["v"]), effect="read", deterministic=True)
+    try:
+        first, second = (g.session("shared-run") for g in govs)
+        _loop_until_stopped(first)
+        with pytest.raises(headway.LoopDetected):
+            govs[1].session("shared-run").call("lookup", {"k": "b"})
+        second.user_turn()
+        assert govs[0].session("shared-run").call("lookup", {"k": "c"}).ok
+    finally:
+        for g in govs:
+            g.close()

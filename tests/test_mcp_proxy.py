@@ -43,6 +43,12 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 UPSTREAM = Path(__file__).with_name("mcp_upstream.py")
 SRC = Path(__file__).resolve().parents[1] / "src"
 CONFIG = """
+[tools.lookup]
+deterministic = true
+
+[tools.ask]
+deterministic = true
+
 [tools.quote]
 ttl = 1.0
 
@@ -219,13 +225,40 @@ def text(result: Any) -> str:
     return "\n".join(getattr(c, "text", "") for c in result.content)
 
 
-async def test_a_closed_world_read_runs_once_and_its_third_repeat_is_a_correction(
+def said(result: Any) -> str:
+    """The upstream's own text: without headway's note on a stored result."""
+    blocks = [getattr(c, "text", "") for c in result.content]
+    return "\n".join(b for b in blocks if not b.startswith("[headway: "))
+
+
+def note(result: Any) -> str:
+    """headway's note on a stored result (CACHED, REPLAYED), in the content the model reads."""
+    (block,) = [c.text for c in result.content if getattr(c, "text", "").startswith("[headway: ")]
+    return str(block)
+
+
+async def test_a_read_only_closed_world_tool_is_never_cached_on_its_annotations(
+    mcp: Caller,
+) -> None:
+    """A closed world still changes under other writers: the annotations make a read that
+    runs every time; only the operator's TOML makes an exact cache (lookup's table)."""
+    answers = [await mcp("tally", {"name": "t-closed"}) for _ in range(2)]
+    assert mcp.executions("tally", name="t-closed") == 2
+    assert [status(a) for a in answers] == ["executed", "executed"]
+    assert [text(a) for a in answers] == ["t-closed is at #1", "t-closed is at #2"]
+    assert [headway_meta(a).get("executed") for a in answers] == [True, True]
+
+
+async def test_a_read_declared_deterministic_runs_once_and_its_third_repeat_is_a_correction(
     mcp: Caller,
 ) -> None:
     answers = [await mcp("lookup", {"key": "k-closed"}) for _ in range(3)]
     assert mcp.executions("lookup", key="k-closed") == 1
     assert [status(a) for a in answers] == ["executed", "cached", "corrected"]
-    assert text(answers[1]) == text(answers[0]) == "value of k-closed"
+    assert said(answers[1]) == text(answers[0]) == "value of k-closed"
+    # the model reads that it is a stored result, and when it was taken; executed is false
+    assert "stored result of an identical earlier call of lookup, taken at " in note(answers[1])
+    assert [headway_meta(a)["executed"] for a in answers] == [True, False, False]
     assert not answers[1].is_error and answers[2].is_error
     assert "3 times with identical arguments" in text(answers[2])
 
@@ -247,7 +280,8 @@ async def test_an_open_world_read_is_cached_inside_its_configured_ttl_and_run_ag
     await asyncio.sleep(1.3)  # the config's ttl is 1 s
     after = await mcp("quote", {"symbol": "ACME"})
     assert [status(first), status(inside), status(after)] == ["executed", "cached", "executed"]
-    assert text(inside) == text(first) == "ACME price #1"
+    assert said(inside) == text(first) == "ACME price #1"
+    assert "stored result of an identical earlier call of quote" in note(inside)
     assert text(after) == "ACME price #2"
     assert mcp.executions("quote", symbol="ACME") == 2
 
@@ -262,7 +296,9 @@ async def test_a_destructive_tool_runs_every_time_unless_the_client_gives_an_ide
     keyed = [await mcp("delete_record", {"record": "r-keyed"}, **key) for _ in range(2)]
     assert mcp.executions("delete_record", record="r-keyed") == 1
     assert [status(a) for a in keyed] == ["executed", "replayed"]
-    assert text(keyed[1]) == text(keyed[0]) == "deleted r-keyed (deletion #1)"
+    assert said(keyed[1]) == text(keyed[0]) == "deleted r-keyed (deletion #1)"
+    assert "already completed, taken at" in note(keyed[1])
+    assert "not performed again" in note(keyed[1])
     assert not keyed[1].is_error
     reused = await mcp("delete_record", {"record": "r-other"}, **key)  # same key, new args
     assert reused.is_error and status(reused) == "refused"
@@ -340,9 +376,12 @@ async def test_a_tool_list_change_reaches_the_client_and_the_new_tools_annotatio
             await asyncio.sleep(0.01)
     after = {t.name for t in await mcp.client.list_tools()}
     assert "hidden_lookup" not in before and "hidden_lookup" in after
-    answers = [await mcp("hidden_lookup", {"key": "h1"}) for _ in range(2)]
-    assert [status(a) for a in answers] == ["executed", "cached"]  # read-only, closed world
-    assert mcp.executions("hidden_lookup", key="h1") == 1
+    # its annotations say read-only: a read, so a client's idempotency key is ignored and
+    # both calls run (a tool declared by the safe default, a write, would replay the second)
+    key = {"headway/idempotency_key": f"hidden-{id(mcp)}"}
+    answers = [await mcp("hidden_lookup", {"key": "h1"}, **key) for _ in range(2)]
+    assert [status(a) for a in answers] == ["executed", "executed"]
+    assert mcp.executions("hidden_lookup", key="h1") == 2
 
 
 async def test_an_open_breaker_answers_with_the_configured_fallback(mcp: Caller) -> None:
@@ -378,7 +417,7 @@ async def test_a_round_that_asks_the_client_for_input_is_never_served_from_the_c
         first = await client.call_tool("ask", {"topic": f"t-{proxy.kind}"})
         again = await client.call_tool("ask", {"topic": f"t-{proxy.kind}"})
     assert text(first) == f"t-{proxy.kind}: accept" and status(first) == "executed"
-    assert text(again) == text(first) and status(again) == "cached"
+    assert said(again) == text(first) and status(again) == "cached"
     assert asked == [f"More about t-{proxy.kind}?"]
 
 
@@ -486,8 +525,9 @@ async def test_an_upstream_crash_is_a_clear_tool_error_and_the_proxy_keeps_servi
 ) -> None:
     async with asyncio.timeout(BOUND_S):
         crashed = await mcp("crash", {})
-    assert crashed.is_error and status(crashed) == "error"
-    assert "connection closed" in text(crashed).lower()
+    # a write whose upstream exited mid-call may have acted: unknown, never "retry"
+    assert crashed.is_error and status(crashed) == "unknown"
+    assert "unknown" in text(crashed) and "retrying may help" not in text(crashed).lower()
     async with asyncio.timeout(BOUND_S):  # a stdio upstream is started again
         after = await mcp("lookup", {"key": "k-after-crash"})
     assert text(after) == "value of k-after-crash"

@@ -30,6 +30,8 @@ def start_marker(tmp_path: Path) -> list[str]:
         ("[governor]\nno_progress_limit = 0\n", ["[governor]", "no_progress_limit"]),
         ("[governor]\nwindow = true\nno_such = 1\n", ["[governor]", "no_such"]),
         ("[tools.quote\n", ["not valid TOML"]),
+        ("[governor]\nidle_turn_s = -1\n", ["[governor]", "idle_turn_s"]),
+        ('[governor]\nworkspace = ""\n', ["[governor]", "workspace"]),
     ],
 )
 def test_a_bad_config_is_a_clear_error_naming_file_table_and_key_before_anything_starts(
@@ -53,6 +55,8 @@ def test_a_bad_config_is_a_clear_error_naming_file_table_and_key_before_anything
         (["--http", "nowhere"], "--http wants HOST:PORT"),
         (["--upstream", "http://127.0.0.1:9/mcp"], "give the upstream as"),
         (["--store", "ftp://x"], "unknown store URL scheme"),
+        (["--idle-turn", "-1"], "--idle-turn wants seconds >= 0"),
+        (["--workspace", ""], "--workspace wants a name"),
     ],
 )
 def test_bad_arguments_are_a_clear_error_before_the_upstream_starts_or_a_file_is_written(
@@ -67,6 +71,31 @@ def test_bad_arguments_are_a_clear_error_before_the_upstream_starts_or_a_file_is
     assert message in capsys.readouterr().err
     assert not (tmp_path / "started").exists()
     assert not (tmp_path / "headway.db").exists()
+
+
+def test_workspace_and_idle_turn_come_from_the_config_and_the_command_line_wins(
+    tmp_path: Path,
+) -> None:
+    from headway._proxy_cli import open_governor
+
+    config = tmp_path / "headway.toml"
+    config.write_text('[governor]\nworkspace = "desk"\nidle_turn_s = 30\n')
+    store = f"sqlite:///{tmp_path / 'h.db'}"
+    given: list[tuple[str | None, float | None, tuple[str, float]]] = [
+        (None, None, ("desk", 30.0)),
+        ("other", 0.0, ("other", 0.0)),
+    ]
+    for workspace, idle, expected in given:
+        gov = open_governor(str(config), store, None, workspace=workspace, idle_turn_s=idle)
+        try:
+            assert (gov.workspace, gov.idle_turn_s) == expected
+        finally:
+            gov.close()
+    plain = open_governor(None, store, None)
+    try:
+        assert (plain.workspace, plain.idle_turn_s) == (None, 120.0)
+    finally:
+        plain.close()
 
 
 def test_a_proxy_needs_an_upstream(capsys: pytest.CaptureFixture[str]) -> None:
@@ -124,8 +153,9 @@ async def test_an_http_upstream_is_governed_and_its_death_is_a_clear_tool_error(
     port = free_port()
     log = tmp_path / "upstream.log"
     upstream = [sys.executable, str(UPSTREAM), str(log), "--http", str(port)]
+    (tmp_path / "headway.toml").write_text("[tools.lookup]\ndeterministic = true\n")
     args = ["-m", "headway.cli", "proxy", "--store", f"sqlite:///{tmp_path / 'h.db'}"]
-    args += ["--upstream", f"http://127.0.0.1:{port}/mcp"]
+    args += ["--config", "headway.toml", "--upstream", f"http://127.0.0.1:{port}/mcp"]
     transport = StdioTransport(
         command=sys.executable, args=args, cwd=str(tmp_path), env=child_env()
     )
@@ -155,13 +185,21 @@ def test_the_readme_proxy_config_and_client_snippet_are_valid(tmp_path: Path) ->
     config.write_text(toml)
     gov = open_governor(str(config), f"sqlite:///{tmp_path / 'h.db'}", None)
     try:
-        spec = gov.register("get_workflow_run", None, annotations={"readOnlyHint": True})
+        spec = gov.register("get_job_status", None, annotations={"readOnlyHint": True})
         assert spec.poll and spec.effect == "read"
+        closed = {"readOnlyHint": True, "openWorldHint": False}
+        assert gov.register("git_show", None, annotations=closed).deterministic
+        assert not gov.register("git_status", None, annotations=closed).cacheable()
+        assert gov.idle_turn_s == 120
     finally:
         gov.close()
-    server = json.loads(snippet)["mcpServers"]["github"]
-    assert server["command"] == "headway" and server["args"][0] == "proxy"
-    assert "--" in server["args"]
+    servers = json.loads(snippet)["mcpServers"]
+    assert len(servers) == 2
+    for server in servers.values():  # one store and one workspace for both
+        args = server["args"]
+        assert server["command"] == "headway" and args[0] == "proxy" and "--" in args
+        assert args[args.index("--workspace") + 1] == "desktop"
+        assert args[args.index("--store") + 1] == "sqlite:////home/me/.headway/desktop.db"
 
 
 @pytest.mark.skipif(Client is None, reason="needs fastmcp: pip install 'headway[mcp]'")
@@ -175,7 +213,10 @@ async def test_the_proxy_server_in_process_answers_each_decision_as_documented(
     from test_mcp_proxy import UPSTREAM, headway_meta, status, text
 
     gov = headway.Governor(headway.SQLiteStore(str(tmp_path / "h.db")))
-    gov.tool_config = {"queue_depth": {"progress_fields": ["depth"]}}
+    gov.tool_config = {
+        "queue_depth": {"progress_fields": ["depth"]},
+        "lookup": {"deterministic": True},  # an exact cache only by the operator's word
+    }
     server = mcp_proxy.build(
         gov, [sys.executable, str(UPSTREAM), str(tmp_path / "log")], session_id="in-process"
     )
@@ -196,7 +237,8 @@ async def test_the_proxy_server_in_process_answers_each_decision_as_documented(
         "executed": False,
         "reconcile_key": "k-1",
     }
-    assert text(writes[1]) == text(writes[0])
+    assert text(writes[1]).startswith(text(writes[0]))
+    assert "[headway: this operation already completed, taken at" in text(writes[1])
     assert failed.is_error and "cannot do it: x" in text(failed)
     assert {status(d) for d in depths} == {"executed"}
     assert [r["status"] for r in gov.audit_records("in-process")][:3] == [

@@ -51,7 +51,9 @@ async def test_metrics_count_the_proxys_calls_by_tool_and_status_with_low_cardin
     tmp_path: Path,
 ) -> None:
     port = free_port()
-    with background(proxy_args(tmp_path, port), tmp_path, port, "proxy"):
+    (tmp_path / "headway.toml").write_text("[tools.lookup]\ndeterministic = true\n")
+    args = proxy_args(tmp_path, port, "--config", str(tmp_path / "headway.toml"))
+    with background(args, tmp_path, port, "proxy"):
         async with Client(f"http://127.0.0.1:{port}/mcp", mode="legacy", timeout=BOUND_S) as c:
             reads: list[Any] = [
                 await c.call_tool("lookup", {"key": "m"}, raise_on_error=False) for _ in range(3)

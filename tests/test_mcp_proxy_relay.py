@@ -63,7 +63,7 @@ async def test_a_restarted_upstream_meets_a_handshake_era_client_again(tmp_path:
             after = await client.call_tool("lookup", {"key": "after"})
             (about,) = await client.read_resource("info://about")  # passed through, too
     assert text(first) == "value of before"
-    assert crashed.is_error and "connection closed" in text(crashed)
+    assert crashed.is_error and "outcome of crash is unknown" in text(crashed)
     assert text(after) == "value of after" and status(after) == "executed"
     assert getattr(about, "text", None) == "the upstream test server"
 
@@ -122,6 +122,7 @@ def relay_in_process(tmp_path: Path) -> tuple[Relay, Ask]:
     """A relay driven line by line in this process (SQLite store, the upstream a real
     subprocess), and ``ask``: a request to it and its answer."""
     gov = headway.Governor(headway.SQLiteStore(str(tmp_path / "h.db")), share_sessions=False)
+    gov.tool_config = {"lookup": {"deterministic": True}}  # as a [tools.lookup] table says
     relay = Relay(gov, upstream(tmp_path), "in-process")
     seen: list[dict[str, Any]] = []
 
@@ -154,8 +155,8 @@ async def test_the_relay_in_process_passes_the_handshake_and_governs_each_tools_
     tmp_path: Path,
 ) -> None:
     """The relay driven line by line in this process (the upstream is a real subprocess):
-    the handshake and tools/list pass through as the upstream answered them, a closed-world
-    read runs once and its third repeat is a correction, and a malformed tools/call is a
+    the handshake and tools/list pass through as the upstream answered them, a read the
+    operator declared deterministic runs once and its third repeat is a correction, and a malformed tools/call is a
     JSON-RPC error naming what is missing."""
     relay, ask = relay_in_process(tmp_path)
     try:
@@ -318,7 +319,10 @@ async def test_a_store_file_locked_by_another_process_does_not_stop_the_relay(
     (a cacheable read: its result goes into the store) waits for the lock in a thread,
     and the relay serves other requests meanwhile."""
     db = tmp_path / "h.db"
-    client = await RawClient.start(tmp_path, "--store", f"sqlite:///{db}")
+    (tmp_path / "headway.toml").write_text("[tools.lookup]\ndeterministic = true\n")
+    client = await RawClient.start(
+        tmp_path, "--store", f"sqlite:///{db}", "--config", "headway.toml"
+    )
     await client.ask("tools/call", {"name": "lookup", "arguments": {"key": "warm"}})
     with locked(db):
         call = await client.request("tools/call", {"name": "lookup", "arguments": {"key": "x"}})
@@ -367,3 +371,42 @@ def test_an_upstream_is_unreachable_after_a_closed_mcp_connection_or_an_os_error
     assert _unreachable(chained(BrokenPipeError()))
     assert not _unreachable(MCPError(-32602, "invalid params"))
     assert not _unreachable(ValueError("bad"))
+
+
+def test_an_upstream_lost_after_the_request_was_sent_is_told_from_one_never_reached() -> None:
+    """Lost (the call may have run: a write is UNKNOWN): an upstream that exited with the
+    request sent, an MCP "connection closed", a reset. Never reached (nothing ran): a
+    refused connection, a command that does not exist, a request the relay could not
+    write (a broken pipe under it)."""
+    from mcp.shared.exceptions import MCPError
+    from mcp_types import CONNECTION_CLOSED
+
+    from headway._mcp_calls import UpstreamError, UpstreamLostError, _lost
+
+    def chained(outer: BaseException, inner: BaseException) -> BaseException:
+        outer.__cause__ = inner
+        return outer
+
+    assert _lost(UpstreamLostError("connection closed: the upstream exited"))
+    assert _lost(chained(RuntimeError("x"), MCPError(CONNECTION_CLOSED, "connection closed")))
+    assert _lost(chained(RuntimeError("x"), ConnectionResetError()))
+    assert not _lost(chained(UpstreamError("connection closed"), BrokenPipeError()))
+    assert not _lost(chained(RuntimeError("x"), ConnectionRefusedError()))
+    assert not _lost(FileNotFoundError("no-such-server"))
+
+
+async def test_a_keyed_write_whose_upstream_exits_mid_call_is_unknown_and_never_run_again(
+    tmp_path: Path,
+) -> None:
+    """The request reached the upstream, which acted and exited: the outcome is unknown.
+    The write is not run again on the restarted upstream, in this call or with its key
+    later (no reconcile is known: it stays unknown), and the model reads so."""
+    key = {"headway/idempotency_key": "crash-key-1"}
+    async with relay_client(tmp_path, *upstream(tmp_path)) as client, asyncio.timeout(BOUND_S):
+        first = await client.call_tool("crash", {}, raise_on_error=False, meta=key)
+        again = await client.call_tool("crash", {}, raise_on_error=False, meta=key)
+        after = await client.call_tool("lookup", {"key": "k"})
+    assert [status(first), status(again)] == ["unknown", "unknown"]
+    assert "unknown" in text(first) and "retrying may help" not in text(first).lower()
+    assert (tmp_path / "upstream.log").read_text().splitlines().count("crash\t{}") == 1
+    assert text(after) == "value of k"  # the upstream was started again for other calls

@@ -276,10 +276,15 @@ def test_async_tool_through_call_works(gov: headway.Governor) -> None:
 
 
 def test_mcp_annotations_map_to_specs(gov: headway.Governor) -> None:
+    """readOnlyHint makes an uncached read whatever openWorldHint says (a closed world
+    changes under other writers); only the operator's options make a cache."""
     fn = ScriptedTool(["x"])
-    assert gov.register(
-        "a", fn, annotations={"readOnlyHint": True, "openWorldHint": False}
-    ).deterministic
+    a = gov.register("a", fn, annotations={"readOnlyHint": True, "openWorldHint": False})
+    assert a.effect == "read" and not a.deterministic and a.ttl is None and not a.cacheable()
+    closed = {"read_only_hint": True, "open_world_hint": False}
+    assert not gov.register("a2", fn, annotations=closed).cacheable()
+    declared = gov.register("a3", fn, annotations=closed, deterministic=True)
+    assert declared.effect == "read" and declared.deterministic
     b = gov.register("b", fn, annotations={"read_only_hint": True})
     assert b.effect == "read" and not b.cacheable()
     c = gov.register("c", fn, annotations={"readOnlyHint": False, "idempotentHint": True})

@@ -20,6 +20,7 @@ from .retry import (
     Classification,
     Retry,
     default_classify,
+    lost_connection,
 )
 
 if TYPE_CHECKING:
@@ -125,11 +126,15 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
                     gov, spec, b, lambda s, n=now, p=probe: (brk.record(b, s, False, p, n), None)
                 )
         c.value = None
-        if timed_out and c.effect == "write":
-            # the remote may have acted: never retried blindly, reconciled on next use
+        if c.effect == "write" and (timed_out or lost_connection(failure)):
+            # the remote may have acted (a timeout, a connection lost after the request
+            # went out): never retried blindly, reconciled on next use
             c.status = UNKNOWN
             c.error = error_info(
-                "timeout", describe(failure), retryable=False, hint="Do not repeat this call."
+                "timeout" if timed_out else "connection_lost",
+                describe(failure),
+                retryable=False,
+                hint="Do not repeat this call.",
             )
             return
         _fail(c, failure, verdict, timed_out)

@@ -77,8 +77,14 @@ def line(record: Mapping[str, Any]) -> str:
     shown = " ".join(f"{k}={v}" for k, v in sorted(signals.items()) if v) or "-"
     extra = f" error={record['error']}" if record.get("error") else ""
     extra += " correction" if record.get("correction") else ""
+    stop = record.get("stop")
+    if isinstance(stop, Mapping):  # the call that reached a limit: the session stops here
+        why = stop.get("budget_type") or stop.get("signal") or ""
+        extra += f" STOP={stop.get('terminated_by')}" + (f"({why})" if why else "")
+        extra += f" {stop.get('consumed')}/{stop.get('limit')}"
+    step = record.get("step")
     return (
-        f"{when}Z {record.get('session')} #{record.get('step')} {record.get('tool')} "
+        f"{when}Z {record.get('session')} #{'-' if step is None else step} {record.get('tool')} "
         f"{record.get('status')} decision={record.get('decision')}{extra} "
         f"signals: {shown} args: {record.get('args')}"
     )

@@ -7,8 +7,10 @@ the stdio relay (``_mcp_relay``) runs without loading one (a smaller, quicker pr
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import sys
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -16,8 +18,9 @@ from typing import Any
 import orjson
 
 from ._call import result_text
+from ._recent import Recent
 from ._session import Governor, Session
-from .errors import HeadwayError, Stop
+from .errors import HeadwayError, LoopDetected, Stop
 from .outcome import Outcome, Status
 
 IDEMPOTENCY_KEY = "headway/idempotency_key"
@@ -29,6 +32,12 @@ class UpstreamError(ConnectionError):
     """The upstream MCP server crashed, closed the connection or cannot be reached."""
 
 
+class UpstreamLostError(UpstreamError, ConnectionResetError):
+    """The upstream exited or closed the connection after the request was sent: the call
+    may have run (semantics §5.2, a lost connection). A read is tried again; a write's
+    outcome is unknown, and it is never run again in the same call."""
+
+
 def _unreachable(exc: BaseException) -> bool:
     seen: BaseException | None = exc
     for _ in range(10):  # the chain FastMCP raises is a few errors deep
@@ -38,6 +47,28 @@ def _unreachable(exc: BaseException) -> bool:
             return True
         if type(seen).__name__ in ("ConnectError", "RemoteProtocolError", "ReadError"):
             return True  # httpx, for an HTTP upstream
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _lost(exc: BaseException) -> bool:
+    """An upstream that went away after the request was sent (an MCP "connection closed",
+    a reset, a broken stream), not one that could not be reached (refused, no such
+    command, a name that does not resolve): the call may have run."""
+    seen: BaseException | None = exc
+    for _ in range(10):
+        if seen is None:
+            return False
+        if isinstance(seen, UpstreamError):  # the relay said which it was
+            return isinstance(seen, UpstreamLostError)
+        if isinstance(seen, ConnectionRefusedError | FileNotFoundError | PermissionError):
+            return False
+        if type(seen).__name__ in ("ConnectError", "ConnectTimeout"):
+            return False  # httpx: the connection was never made
+        if _connection_closed(seen) or type(seen).__name__ in ("RemoteProtocolError", "ReadError"):
+            return True
+        if isinstance(seen, ConnectionResetError | ConnectionAbortedError | BrokenPipeError):
+            return True
         seen = seen.__cause__ or seen.__context__
     return False
 
@@ -59,45 +90,144 @@ ANSWERED = (Status.EXECUTED, Status.CACHED, Status.REPLAYED, Status.FALLBACK)
 Refusal = tuple[str, dict[str, Any]]  # headway's text and _meta.headway for a call not run
 
 
+class Turns:
+    """User turns of clients that mark none: per client session, the calls in flight and
+    when the last one ended. A call that comes after an idle gap of ``idle_s`` with
+    nothing in flight starts a new user turn (semantics §4.2: a stdio session lives as
+    long as the desktop client, across the user's requests). ``idle_s`` 0: never."""
+
+    def __init__(self, idle_s: float, clock: Callable[[], float]) -> None:
+        self.idle_s = idle_s
+        self.clock = clock
+        self._sessions: Recent[list[Any]] = Recent(10_000)  # id -> [in flight, last end]
+
+    def begin(self, session: str) -> bool:
+        """A call starts; True when it starts a new user turn."""
+        state = self._sessions.get(session)
+        if state is None:
+            state = self._sessions.put(session, [0, None])
+        in_flight, ended = state
+        state[0] += 1
+        return bool(
+            self.idle_s
+            and in_flight == 0
+            and ended is not None
+            and self.clock() - ended >= self.idle_s
+        )
+
+    def end(self, session: str) -> None:
+        state = self._sessions.get(session)
+        if state is not None:
+            state[0] = max(state[0] - 1, 0)
+            state[1] = self.clock()
+
+
+class Taken:
+    """When this process received the results later calls may be served (CACHED, REPLAYED):
+    the time each was received, and a fingerprint of it, so that an answer says when its
+    stored result was taken only when it is the very result this process received then
+    (another replica sharing the store may have stored it: then no time is claimed)."""
+
+    def __init__(self) -> None:
+        self._results: Recent[tuple[float, int]] = Recent(4096)
+
+    def received(self, key: str, value: Any) -> None:
+        mark = _fingerprint(value)
+        if mark is not None:
+            self._results.put(key, (time.time(), mark))
+
+    def when(self, key: str, value: Any) -> float | None:
+        seen = self._results.get(key)
+        return seen[0] if seen is not None and seen[1] == _fingerprint(value) else None
+
+
+def _fingerprint(value: Any) -> int | None:
+    try:
+        return hash(orjson.dumps(value, option=orjson.OPT_SORT_KEYS))
+    except TypeError:  # what orjson does not write (integers past 64 bits): no claim
+        return None
+
+
+def result_key(session: str, name: str, arguments: Any, idempotency_key: Any) -> str:
+    """What identifies a stored result: the keyed write's key, else the read's session,
+    tool and arguments."""
+    if idempotency_key is not None:
+        return f"key\0{idempotency_key}"
+    try:
+        args = orjson.dumps(arguments, option=orjson.OPT_SORT_KEYS).decode()
+    except TypeError:
+        args = repr(arguments)
+    return f"read\0{session}\0{name}\0{args}"
+
+
 async def govern(
     session: Session,
     name: str,
     arguments: Mapping[str, Any],
     meta: Mapping[str, Any],
     forward: Callable[[], Awaitable[dict[str, Any]]],
+    turns: Turns,
+    taken: Taken,
 ) -> Outcome | Refusal:
     """One ``tools/call`` through ``session``: its outcome, or headway's refusal (a stop,
     a key that cannot be used). ``forward`` runs it upstream and gives the JSON of the
-    upstream's ``CallToolResult``; ``meta`` is the request's ``_meta``."""
-    if meta.get(USER_TURN) is True:
-        session.user_turn()
-
-    async def run(**_: Any) -> dict[str, Any]:
-        try:
-            return await forward()
-        except Exception as exc:
-            if _unreachable(exc):  # retryable: reads are tried again, stdio restarted
-                raise UpstreamError(
-                    f"the upstream MCP server crashed, closed the connection or cannot "
-                    f"be reached ({type(exc).__name__}: {exc})"
-                ) from exc
-            raise
-
-    key = meta.get(IDEMPOTENCY_KEY)
+    upstream's ``CallToolResult`` (raising ``UpstreamLostError`` when the upstream went away
+    after the request was sent); ``meta`` is the request's ``_meta``. A new user turn
+    (``headway/user_turn``, or an idle gap) comes first: it lifts a no-progress stop."""
+    idle = turns.begin(session.id)
     try:
-        return await session.acall(
+        if meta.get(USER_TURN) is True or idle:
+            session.user_turn()
+
+        async def run(**_: Any) -> dict[str, Any]:
+            try:
+                return await forward()
+            except UpstreamLostError:
+                raise
+            except Exception as exc:
+                if _unreachable(exc):  # retryable: reads are tried again, stdio restarted
+                    lost = _lost(exc)
+                    raise (UpstreamLostError if lost else UpstreamError)(
+                        f"the upstream MCP server crashed, closed the connection or cannot "
+                        f"be reached ({type(exc).__name__}: {exc})"
+                    ) from exc
+                raise
+
+        key = meta.get(IDEMPOTENCY_KEY)
+        out = await session.acall(
             name,
             dict(arguments),
             idempotency_key=str(key) if key is not None else None,
             run=run,
         )
     except Stop as stop:
-        return (
-            f"headway stopped this session: {json.dumps(stop.diagnostic, default=str)}",
-            {"status": "stopped", "session": session.id, "diagnostic": stop.diagnostic},
-        )
+        return _stopped(stop, session.id, session.governor.idle_turn_s)
     except HeadwayError as exc:  # arguments that cannot be keyed, a reused key
-        return f"headway refused this call: {exc}", {"status": "refused", "session": session.id}
+        refused = {"status": "refused", "session": session.id, "executed": False}
+        return f"headway refused this call: {exc}", refused
+    else:
+        if out.status is Status.EXECUTED:
+            taken.received(result_key(session.id, name, arguments, key), out.value)
+        return out
+    finally:
+        turns.end(session.id)
+
+
+def _stopped(stop: Stop, session: str, idle_s: float) -> Refusal:
+    """A stopped session's answer: its diagnostic, and what lifts the stop (semantics
+    §4.2: a new user turn lifts a no-progress stop; a budget's stop stays)."""
+    text = f"headway stopped this session: {json.dumps(stop.diagnostic, default=str)}."
+    if isinstance(stop, LoopDetected):
+        text += " This call did not run, nor will any other until the user makes a new request"
+        text += (
+            f" (the client marks a new user turn, or no call is made for {idle_s:g} s)."
+            if idle_s
+            else " (the client marks a new user turn)."
+        )
+    else:
+        text += " This call did not run: the budget is spent for the rest of the session."
+    meta = {"status": "stopped", "session": session, "executed": False}
+    return text, {**meta, "diagnostic": stop.diagnostic}
 
 
 def not_final(result: dict[str, Any]) -> dict[str, Any]:
@@ -212,12 +342,14 @@ def _carries(text: str, structured: Any) -> bool:
 _NOTHING: Any = object()
 
 
-def headway_meta(out: Outcome, session: str) -> dict[str, Any]:
+def headway_meta(out: Outcome, session: str, ran: bool) -> dict[str, Any]:
+    """``_meta.headway``: ``executed`` is true only when the upstream ran the call and
+    answered with a result during it (``ran``)."""
     meta: dict[str, Any] = {
         "status": str(out.status),
         "session": session,
         "step": out.step,
-        "executed": out.executed,
+        "executed": ran,
     }
     if out.reconcile_key is not None:
         meta["reconcile_key"] = out.reconcile_key
@@ -226,14 +358,44 @@ def headway_meta(out: Outcome, session: str) -> dict[str, Any]:
     return meta
 
 
+def stored_note(out: Outcome, when: float | None) -> str | None:
+    """The text block a CACHED or REPLAYED answer carries, in the content the model reads
+    (clients do not show ``_meta`` to models): the result is a stored one, and when this
+    process received it, if it knows."""
+    if when is not None:
+        stamp = datetime.datetime.fromtimestamp(when, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        at = f", taken at {stamp} ({max(time.time() - when, 0):.0f} s ago)"
+    else:
+        at = ""
+    if out.status is Status.CACHED:
+        return (
+            f"[headway: the stored result of an identical earlier call of {out.tool}{at}; "
+            "the tool did not run for this call]"
+        )
+    if out.status is Status.REPLAYED:
+        return (
+            f"[headway: this operation already completed{at}; this is its stored result, "
+            "it was not performed again]"
+        )
+    return None
+
+
 def answer_json(
-    out: Outcome, ran: Mapping[str, Any] | None, session: str, schema: Any = None
+    out: Outcome,
+    ran: Mapping[str, Any] | None,
+    session: str,
+    schema: Any = None,
+    taken: float | None = None,
 ) -> dict[str, Any]:
     """``answer`` on JSON (the stdio relay): the ``CallToolResult`` the client receives.
     ``ran``: the upstream's result during this call, if it ran, as the upstream sent it;
-    ``schema``: the tool's output schema, if it listed one."""
-    headway = headway_meta(out, session)
+    ``schema``: the tool's output schema, if it listed one; ``taken``: when a stored
+    result was received, if known."""
+    headway = headway_meta(out, session, ran is not None)
+    note = stored_note(out, taken)
     extra: list[Any] = [{"type": "text", "text": out.correction}] if out.correction else []
+    if note is not None:
+        extra.insert(0, {"type": "text", "text": note})
     error = out.error or {}
     if ran is not None and (
         out.status is Status.EXECUTED

@@ -23,6 +23,7 @@ import gc
 import itertools
 import json
 import os
+import re
 import signal
 import sys
 import uuid
@@ -32,6 +33,11 @@ from typing import Any
 import orjson
 
 from ._mcp_calls import (
+    IDEMPOTENCY_KEY,
+    Taken,
+    Turns,
+    UpstreamError,
+    UpstreamLostError,
     answer_json,
     declare,
     error_json,
@@ -39,6 +45,8 @@ from ._mcp_calls import (
     is_ask,
     judge_results,
     not_final,
+    note,
+    result_key,
 )
 from ._session import Governor
 from .outcome import Outcome
@@ -97,16 +105,19 @@ class Upstream:
                 raise
             finally:
                 os.close(write_end)
-            lines = _Lines(self._received)
+            lines = _Lines(self._received, self._too_long)
             loop = asyncio.get_running_loop()
             await loop.connect_read_pipe(lambda: lines, open(read_end, "rb", buffering=0))  # noqa: SIM115 (the transport closes it)
             self.proc, self._lines = proc, lines
             self._reader = asyncio.create_task(self._read(proc, lines))
-            for message in self.handshake:  # a restart: the upstream meets the client again
-                if "id" in message:
-                    await self._request(proc, message["method"], message.get("params"))
-                else:
-                    await self._write(proc, message)
+            try:
+                for message in self.handshake:  # a restart: the upstream meets the client again
+                    if "id" in message:
+                        await self._request(proc, message["method"], message.get("params"))
+                    else:
+                        await self._write(proc, message)
+            except UpstreamLostError as exc:  # it died before the caller's request was sent
+                raise UpstreamError(str(exc)) from exc
             return proc
 
     async def send(self, line: bytes) -> None:
@@ -141,13 +152,14 @@ class Upstream:
     async def _write(self, proc: asyncio.subprocess.Process, message: bytes | Any) -> None:
         data = message if isinstance(message, bytes) else dumps(message)
         stdin = proc.stdin
+        # not sent: the upstream cannot have read it (nothing ran)
         if stdin is None or proc.returncode is not None:
-            raise ConnectionError(f"connection closed: {self._exited(proc)}")
+            raise UpstreamError(f"connection closed: {self._exited(proc)}")
         try:
             stdin.write(data)
             await stdin.drain()
         except (BrokenPipeError, ConnectionResetError) as exc:
-            raise ConnectionError(f"connection closed: {self._exited(proc)}") from exc
+            raise UpstreamError(f"connection closed: {self._exited(proc)}") from exc
 
     async def _read(self, proc: asyncio.subprocess.Process, lines: _Lines) -> None:
         # until its stdout ends, a line passes LINE_LIMIT or the pipe breaks: then the
@@ -160,22 +172,40 @@ class Upstream:
             await proc.wait()
         reason = f"connection closed: {self._exited(proc)}"
         for sent_to, done in self.pending.values():
-            if sent_to is proc and not done.done():
-                done.set_exception(ConnectionError(reason))
+            if sent_to is proc and not done.done():  # sent, and never answered: lost
+                done.set_exception(UpstreamLostError(reason))
         self.relay.upstream_closed(reason)
 
     def _received(self, line: bytes) -> None:
-        try:
-            message = loads(line)
-        except ValueError:
-            message = None
+        message = _parsed(line)
         rid = message.get("id") if isinstance(message, dict) else None
         if "method" not in (message or {}) and isinstance(rid, str) and rid.startswith(_ID):
             _, done = self.pending.get(rid, (None, None))
             if done is not None and not done.done():
                 done.set_result(message)
             return  # an answer to the relay (or a late one, after a timeout): not forwarded
+        if message is None and _ID.encode() in line:  # an answer to the relay, unreadable
+            self._unreadable(line, "is not valid JSON")
+            return
         self.relay.from_upstream(line, message)
+
+    def _too_long(self, head: bytes) -> None:
+        """An upstream line past LINE_LIMIT: skipped; an answer to the relay fails."""
+        if _ID.encode() in head:
+            self._unreadable(head, f"is larger than {LINE_LIMIT >> 20} MiB")
+        else:
+            note(f"skipped a message from the upstream larger than {LINE_LIMIT >> 20} MiB")
+
+    def _unreadable(self, line: bytes, why: str) -> None:
+        """An answer to the relay that cannot be read: its request fails now (the upstream
+        answered: not a lost connection), never left to time out; never forwarded."""
+        found = _RELAY_ID.search(line)
+        rid = found.group(1).decode() if found else None
+        _, done = self.pending.get(rid or "", (None, None))
+        if done is not None and not done.done():
+            done.set_exception(UpstreamRefusedError(f"the upstream's answer {why}"))
+        else:
+            note(f"skipped an answer from the upstream that {why}")
 
     @staticmethod
     def _exited(proc: asyncio.subprocess.Process) -> str:
@@ -198,10 +228,18 @@ class Upstream:
 class _Lines(asyncio.Protocol):
     """A pipe read line by line, each line handed to ``on_line`` as it arrives. ``ended``
     is set when the pipe ends (a last line without a newline is handed on first, as
-    ``readline`` would) or a line grows past LINE_LIMIT (the pipe is closed)."""
+    ``readline`` would). A line that grows past LINE_LIMIT is not handed on: with
+    ``on_overflow``, its first bytes go there and the rest of it is skipped (the lines
+    after it are read as usual); without, the pipe is closed."""
 
-    def __init__(self, on_line: Callable[[bytes], None]) -> None:
+    def __init__(
+        self,
+        on_line: Callable[[bytes], None],
+        on_overflow: Callable[[bytes], None] | None = None,
+    ) -> None:
         self._on_line = on_line
+        self._on_overflow = on_overflow
+        self._skipping = False  # inside a line past the limit: dropped up to its newline
         self._buffer = bytearray()
         self._transport: asyncio.BaseTransport | None = None
         self.ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -212,6 +250,11 @@ class _Lines(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         start, end = 0, data.find(b"\n")  # in the new bytes only: a long line is not rescanned
+        if self._skipping:
+            if end < 0:
+                return
+            self._skipping = False
+            start, end = end + 1, data.find(b"\n", end + 1)
         while end >= 0:
             if self._buffer:
                 self._buffer += data[start : end + 1]
@@ -220,21 +263,28 @@ class _Lines(asyncio.Protocol):
             else:
                 line = data[start : end + 1]
             if len(line) > LINE_LIMIT:
-                self._overflow()
-                return
-            self._on_line(line)
+                if not self._overflow(line, skip=False):
+                    return
+            else:
+                self._on_line(line)
             start, end = end + 1, data.find(b"\n", end + 1)
         self._buffer += data[start:]
         if len(self._buffer) > LINE_LIMIT:
-            self._overflow()
+            self._overflow(bytes(self._buffer[:_HEAD]), skip=True)
 
-    def _overflow(self) -> None:
+    def _overflow(self, line: bytes, *, skip: bool) -> bool:
+        """A line past the limit: True when reading goes on (the rest of it is skipped)."""
         self._buffer.clear()
-        if self._transport is not None:
-            self._transport.close()
+        if self._on_overflow is None:
+            if self._transport is not None:
+                self._transport.close()
+            return False
+        self._skipping = skip
+        self._on_overflow(line[:_HEAD])
+        return True
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._buffer:
+        if self._buffer and not self._skipping:
             line, self._buffer = bytes(self._buffer), bytearray()
             self._on_line(line)
         if not self.ended.done():
@@ -252,6 +302,8 @@ class Relay:
         # so its cache epochs stay in memory (a SQLite write per call saved)
         self.session._st.transient = True
         self.upstream = Upstream(command, self)
+        self.turns = Turns(gov.idle_turn_s, gov.timer)  # user turns where the client marks none
+        self.taken = Taken()  # when the results a later call may be served were received
         self._annotations: dict[str, dict[str, Any]] = {}
         self._schemas: dict[str, Any] = {}  # each tool's output schema, if it lists one
         self._forwarded: dict[Any, str] = {}  # the client's requests in flight -> method
@@ -273,7 +325,7 @@ class Relay:
         # walking it again and again (a full collection would add its time to a call)
         gc.freeze()
         loop = asyncio.get_running_loop()
-        stdin = _Lines(self._from_stdin)
+        stdin = _Lines(self._from_stdin, self._too_long)
         self._reading, _ = await loop.connect_read_pipe(lambda: stdin, sys.stdin)
         # a client that ends the proxy with SIGTERM ends it as closing its stdin does: the
         # calls in flight are cancelled, the upstream closed and the audit trail written out
@@ -288,12 +340,34 @@ class Relay:
                 task.cancel()
             await self.upstream.close()
 
+    def _too_long(self, head: bytes) -> None:
+        """A client's line past LINE_LIMIT: an error answer (to its id, if its first bytes
+        name one); the lines after it are read as usual."""
+        message = f"headway proxy: a message larger than {LINE_LIMIT >> 20} MiB was dropped"
+        self.to_client(_rpc_error(_id_in(head), message, _INVALID))
+
     def _from_stdin(self, line: bytes) -> None:
         """A line as it arrives: a ``tools/call`` starts at once unless lines wait before
-        it (no turn of a reader task in between); the rest is forwarded in order."""
+        it (no turn of a reader task in between); the rest is forwarded in order. A batch
+        is taken apart: each of its messages is handled as a line of its own (so each
+        ``tools/call`` in it is governed). A line that cannot be read is answered here."""
         if not line.strip():
             return
         message = _parsed(line)
+        if message is None:  # not JSON, or nested too deep to read: never forwarded blind
+            reason = "nested too deep" if _nested(line) else "not valid JSON"
+            error = f"headway proxy: the message cannot be read ({reason})"
+            self.to_client(_rpc_error(_id_in(line[:_HEAD]), error, _PARSE_ERROR))
+            return
+        if isinstance(message, list):
+            if not message:
+                self.to_client(_rpc_error(None, "headway proxy: an empty batch", _INVALID))
+            for part in message:
+                if isinstance(part, list):  # a batch holds messages, not batches
+                    self.to_client(_rpc_error(None, "headway proxy: a batch in a batch", _INVALID))
+                else:
+                    self._from_stdin(dumps(part))
+            return
         if self._forwarding is None and self._call(message):
             return
         self._backlog.append((line, message))
@@ -317,12 +391,19 @@ class Relay:
         await self._handle(line, _parsed(line))
 
     def _call(self, message: Any) -> bool:
-        """Start a governed ``tools/call``; False for any other message."""
+        """Start a governed ``tools/call``; False for any other message. A ``tools/call``
+        without an id (a notification) cannot be answered: it is dropped, never run."""
         if not isinstance(message, dict) or message.get("method") != "tools/call":
             return False
         rid = message.get("id")
         if rid is None:
-            return False
+            name = (
+                (message.get("params") or {}).get("name")
+                if isinstance(message.get("params"), dict)
+                else None
+            )
+            note(f"dropped a tools/call without an id (a notification, {name!r}): not run")
+            return True
         self._calls[rid] = asyncio.create_task(self._tool_call(rid, message.get("params") or {}))
         return True
 
@@ -416,10 +497,13 @@ class Relay:
                 ran.append(answer.get("result") or {})
                 return not_final(ran[-1]) if is_ask(ran[-1]) else ran[-1]
 
-            out = await govern(self.session, name, arguments, meta, forward)
+            session = self.session
+            out = await govern(session, name, arguments, meta, forward, self.turns, self.taken)
             if isinstance(out, Outcome):
                 ran_now = ran[-1] if ran else None
-                result = answer_json(out, ran_now, self.session.id, self._schemas.get(name))
+                stored = result_key(session.id, name, arguments, meta.get(IDEMPOTENCY_KEY))
+                when = self.taken.when(stored, out.value) if ran_now is None else None
+                result = answer_json(out, ran_now, session.id, self._schemas.get(name), when)
             else:
                 result = error_json(*out)
             self.to_client({"jsonrpc": "2.0", "id": rid, "result": result})
@@ -432,10 +516,37 @@ class Relay:
 
 
 def _parsed(line: bytes) -> Any:
+    """The message of a line; None for one that cannot be read (not JSON, or nested past
+    what the parser recurses into). Bytes that are not UTF-8 are read as U+FFFD: the
+    message (and its id) is still there."""
     try:
         return loads(line)
-    except ValueError:
+    except UnicodeDecodeError:
+        try:
+            return json.loads(line.decode("utf-8", "replace"))
+        except (ValueError, RecursionError):
+            return None
+    except (ValueError, RecursionError):
         return None
+
+
+def _nested(line: bytes) -> bool:
+    return line.count(b"[") + line.count(b"{") > 512
+
+
+_HEAD = 4096  # bytes of an unreadable line searched for its id
+_ID_FIELD = re.compile(rb'"id"\s*:\s*(-?\d{1,18}|"(?:[^"\\]|\\.){0,200}")')
+_RELAY_ID = re.compile(rb'"id"\s*:\s*"(' + re.escape(_ID.encode()) + rb'\d+)"')
+
+
+def _id_in(head: bytes) -> Any:
+    """The id of a message that cannot be parsed, from its first bytes (None if none)."""
+    found = _ID_FIELD.search(head)
+    if found is None:
+        return None
+    with contextlib.suppress(ValueError):
+        return json.loads(found.group(1))
+    return None
 
 
 def loads(line: bytes) -> Any:
@@ -486,8 +597,11 @@ class UpstreamRefusedError(Exception):
     arguments): the call did not run."""
 
 
-def _rpc_error(rid: Any, message: str) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": rid, "error": {"code": -32603, "message": message}}
+_PARSE_ERROR, _INVALID, _INTERNAL = -32700, -32600, -32603
+
+
+def _rpc_error(rid: Any, message: str, code: int = _INTERNAL) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": rid, "error": {"code": code, "message": message}}
 
 
 async def serve(gov: Governor, command: Sequence[str], session_id: str) -> None:

@@ -29,10 +29,13 @@ tools, resources and prompts unchanged, and governs every tool call: reads are
 deduplicated by their quadrant, writes with an idempotency key run once, repeated calls
 without progress are corrected, and a stopped session answers each later call with its
 diagnostic. Each tool's spec is the config's [tools.NAME] table if present, else the
-upstream's MCP annotations, else the safe default (an unkeyed write).
+upstream's MCP annotations (a read-only tool is a read that runs every time: only the
+config's deterministic or ttl make a cache), else the safe default (an unkeyed write).
 
 A client passes an idempotency key in the request's _meta as "headway/idempotency_key",
-and may signal a new user request with "headway/user_turn": true."""
+and may signal a new user request with "headway/user_turn": true; without it, a pause of
+--idle-turn seconds with no call in flight is one. A new user request lifts a no-progress
+stop (budgets stay spent)."""
 
 EPILOG = """\
 examples:
@@ -86,6 +89,21 @@ def add_parser(sub: Any) -> None:
         "when prometheus-client is installed: pip install 'headway[prometheus]')",
     )
     p.add_argument(
+        "--workspace",
+        metavar="NAME",
+        help="share write epochs with the other governors (proxies, workers) of this store "
+        "and workspace: a write through any of them makes the others' cached reads stale "
+        "(default: the config's [governor] workspace, else none)",
+    )
+    p.add_argument(
+        "--idle-turn",
+        metavar="SECONDS",
+        type=float,
+        help="an idle gap this long with no call in flight is a new user turn (the counters "
+        "start again and a no-progress stop is lifted); 0: never (default: the config's "
+        "[governor] idle_turn_s, else 120)",
+    )
+    p.add_argument(
         "--upstream",
         metavar="URL",
         help="a streamable-HTTP upstream server instead of a command",
@@ -105,6 +123,8 @@ def open_governor(
     sinks: Sequence[AuditSink] = (),
     *,
     private_sessions: bool = False,
+    workspace: str | None = None,
+    idle_turn_s: float | None = None,
 ) -> Governor:
     """The governor the proxy runs with (``sinks``: more audit sinks, such as the
     Prometheus metrics); ConfigError names the file, table and key.
@@ -115,6 +135,10 @@ def open_governor(
     process (cache entries and idempotency records are still in the store)."""
     options: dict[str, Any] = {}
     private: dict[str, Any] = {"share_sessions": False} if private_sessions else {}
+    if workspace is not None:  # the command line wins over the config's [governor]
+        private["workspace"] = workspace
+    if idle_turn_s is not None:
+        private["idle_turn_s"] = idle_turn_s
     if config is not None:
         cfg = load_config(config)
         for name, table in cfg.tools.items():  # a bad value fails now, not on the first call
@@ -144,7 +168,8 @@ def open_governor(
         return Governor.from_config(config, store=backend, audit=trail, **private)
     except (ConfigError, TypeError, ValueError) as exc:
         backend.close()
-        raise ConfigError(f"{config} [governor]: {exc}") from None
+        where = f"{config} [governor]" if config is not None else "headway proxy"
+        raise ConfigError(f"{where}: {exc}") from None
 
 
 _NUMBER = (int, float)
@@ -218,9 +243,21 @@ def run(args: argparse.Namespace) -> int:
     try:
         if bool(command) == bool(args.upstream):
             raise ConfigError("give the upstream as -- COMMAND [ARGS...] or as --upstream URL")
+        if args.idle_turn is not None and not args.idle_turn >= 0:  # NaN too
+            raise ConfigError(f"--idle-turn wants seconds >= 0, not {args.idle_turn!r}")
+        if args.workspace is not None and not args.workspace:
+            raise ConfigError("--workspace wants a name")
         http = _host_port(args.http) if args.http else None
         registry, sinks = _metrics() if http and not args.no_metrics else (None, [])
-        gov = open_governor(args.config, args.store, args.audit, sinks, private_sessions=not http)
+        gov = open_governor(
+            args.config,
+            args.store,
+            args.audit,
+            sinks,
+            private_sessions=not http,
+            workspace=args.workspace,
+            idle_turn_s=args.idle_turn,
+        )
     except ConfigError as exc:
         print(f"headway proxy: {exc}", file=sys.stderr)
         return 2

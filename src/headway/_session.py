@@ -17,17 +17,26 @@ from typing import Any, TypeVar, Unpack, overload
 
 from . import _epochs, _pipeline, _shared
 from ._call import describe
+from ._canonical import canonical_json
 from ._effects import Flights, drive_async, drive_sync
 from ._recent import Recent
-from ._redact import scrub
+from ._redact import DEFAULT_NAMES, scrub
 from ._settle import check_stop, reach
 from ._spec import ToolOptions, ToolSpec, error_result, make_spec, options_from_mcp
 from ._state import SessionState
-from .audit import AuditSink, MemoryAudit
+from .audit import AuditSink, MemoryAudit, refusal_record
 from .breaker import Breaker
 from .budgets import Budgets, diagnostic
 from .detectors import Detector, Monitor
-from .errors import BudgetExceeded, ClosedError, ConfigError
+from .errors import (
+    ArgumentError,
+    BudgetExceeded,
+    ClosedError,
+    ConfigError,
+    KeyReuseError,
+    LoopDetected,
+    Stop,
+)
 from .idempotency import Writes
 from .outcome import Outcome
 from .retry import default_rng
@@ -103,6 +112,7 @@ class Governor:
         is_error: Callable[[Any], bool] | None = error_result,
         secret: str | None = None,
         workspace: str | None = None,
+        idle_turn_s: float | None = 120.0,
     ) -> None:
         if secret is None:
             secret = os.environ.get("HEADWAY_SECRET") or None
@@ -116,6 +126,12 @@ class Governor:
             raise ConfigError("session_ttl_s must be a number of seconds > 0")
         if workspace is not None and (not isinstance(workspace, str) or not workspace.strip()):
             raise ConfigError("workspace must be a non-empty name (or None: no workspace)")
+        if idle_turn_s is not None and (
+            isinstance(idle_turn_s, bool)
+            or not isinstance(idle_turn_s, int | float)
+            or idle_turn_s < 0
+        ):
+            raise ConfigError(f"idle_turn_s must be a number of seconds >= 0, not {idle_turn_s!r}")
         if store_failure not in ("closed", "open"):
             raise ConfigError("store_failure must be 'closed' (keyed writes refused) or 'open'")
         self.store: Store = store if store is not None else MemoryStore()
@@ -148,6 +164,8 @@ class Governor:
         self.deadline_s = deadline_s  # every call's total time: all attempts and retry waits
         self.store_failure = store_failure
         self.default_breaker = breaker or Breaker()
+        # a client that marks no user turns (an MCP proxy's): this idle gap is one (0: none)
+        self.idle_turn_s = float(idle_turn_s or 0)
         self.clock = clock or _wall_clock  # timestamps: audit records, stored records
         self.timer = clock or _monotonic  # durations in this process (never steps back)
         self.sleep = sleep
@@ -220,10 +238,7 @@ class Governor:
         operator = {**given, **self.tool_config.get(name, {})}  # the operator's file wins
         merged = operator
         if annotations is not None:
-            hinted = options_from_mcp(annotations)
-            if operator.get("effect", hinted["effect"]) != "read":
-                hinted.pop("deterministic", None)  # a hint about reads, on a tool made a write
-            merged = {**hinted, **operator}
+            merged = {**options_from_mcp(annotations), **operator}
         spec = make_spec(name, fn, **merged)
         old = self._specs.get(name)
         if old is not None and old != spec and not replace and name not in self._declared:
@@ -462,20 +477,24 @@ class Session:
         if self.closed or self.governor.closed:
             self._check_open()
         gov = self.governor
-        c = _pipeline.begin(
-            gov,
-            self._st,
-            name,
-            {} if args is None else args,
-            idempotency_key,
-            step_id,
-            run,
-            agent,
-            call_id,
-        )
-        if isinstance(c, Outcome):
-            return c
-        return drive_sync(_pipeline.plan(gov, self._st, c), gov.sleep or time.sleep)
+        try:
+            c = _pipeline.begin(
+                gov,
+                self._st,
+                name,
+                {} if args is None else args,
+                idempotency_key,
+                step_id,
+                run,
+                agent,
+                call_id,
+            )
+            if isinstance(c, Outcome):
+                return c
+            return drive_sync(_pipeline.plan(gov, self._st, c), gov.sleep or time.sleep)
+        except (Stop, ArgumentError, KeyReuseError) as exc:
+            self._refused(name, args, exc, agent, call_id)
+            raise
 
     async def acall(
         self,
@@ -492,20 +511,58 @@ class Session:
         if self.closed or self.governor.closed:
             self._check_open()
         gov = self.governor
-        c = _pipeline.begin(
-            gov,
-            self._st,
-            name,
-            {} if args is None else args,
-            idempotency_key,
-            step_id,
-            run,
-            agent,
-            call_id,
+        try:
+            c = _pipeline.begin(
+                gov,
+                self._st,
+                name,
+                {} if args is None else args,
+                idempotency_key,
+                step_id,
+                run,
+                agent,
+                call_id,
+            )
+            if isinstance(c, Outcome):
+                return c
+            return await drive_async(_pipeline.plan(gov, self._st, c), gov.sleep or asyncio.sleep)
+        except (Stop, ArgumentError, KeyReuseError) as exc:
+            self._refused(name, args, exc, agent, call_id)
+            raise
+
+    def _refused(
+        self, name: Any, args: Any, exc: Exception, agent: str | None, call_id: str | None
+    ) -> None:
+        """The audit record of a call that raised instead of taking a step (semantics §10:
+        every call has one): a stopped session's, or one whose arguments or key cannot be
+        used."""
+        gov = self.governor
+        try:
+            canonical: str | None = canonical_json({} if args is None else args)
+        except (ArgumentError, TypeError, ValueError, RecursionError):
+            canonical = None
+        spec = gov.spec(name) if isinstance(name, str) else None
+        stopped = isinstance(exc, Stop)
+        record = refusal_record(
+            time=gov.clock(),
+            session=self.id,
+            tool=name,
+            canonical=canonical,
+            redact=spec.redact_names if spec is not None else DEFAULT_NAMES,
+            status="stopped" if stopped else "refused",
+            error=(
+                ("loop_detected" if isinstance(exc, LoopDetected) else "budget_exceeded")
+                if stopped
+                else ("key_reuse" if isinstance(exc, KeyReuseError) else "bad_arguments")
+            ),
+            agent=agent or self._st.agent,
+            call_id=call_id if isinstance(call_id, str) else None,
         )
-        if isinstance(c, Outcome):
-            return c
-        return await drive_async(_pipeline.plan(gov, self._st, c), gov.sleep or asyncio.sleep)
+        for sink in gov.sinks:
+            try:
+                sink.write(record)
+            except Exception as sink_exc:  # an audit sink must never break a call
+                gov.report_sink_error(sink, sink_exc)
 
     def record_turn(self, *, tokens: int = 0, cost: float = 0.0) -> None:
         """Report one model turn; the next call stops if a turn, token or cost budget ran out."""
@@ -530,12 +587,18 @@ class Session:
             count()
 
     def user_turn(self) -> None:
-        """A new user request: repeat and no-progress counters reset, budgets do not."""
+        """A new user request: repeat and no-progress counters reset, budgets do not, and
+        a no-progress stop is lifted (it ended the run the user asked for, not the
+        conversation); a budget's stop stays."""
         st = self._st
 
         def reset() -> None:
             for monitor in st.monitors():
                 monitor.user_turn()
+            if isinstance(st.stop, LoopDetected):
+                st.stop = None
+            if (st.would_stop or {}).get("terminated_by") == "no_progress":
+                st.would_stop = None  # shadow mode: the stop that would have been lifted
 
         if st.shared:
             _shared.run_now(self.governor, st, reset)

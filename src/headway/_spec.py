@@ -204,15 +204,17 @@ def _hint(annotations: Mapping[str, Any], camel: str, snake: str) -> bool | None
 def options_from_mcp(annotations: Mapping[str, Any] | None) -> dict[str, Any]:
     """Spec options implied by MCP tool annotations (camelCase or snake_case hints).
 
-    readOnlyHint -> read; read-only with openWorldHint false -> deterministic (exact
-    cache); read-only and open world (the MCP default) -> dynamic read, no cache unless
-    the operator sets a ttl; idempotentHint on a write -> idempotent. Annotations come
-    from a possibly untrusted server: the caller merges operator options over these.
+    readOnlyHint -> a read, never cached (neither deterministic nor a TTL) whatever
+    openWorldHint says: a closed world (a file system, a git repository, a clock) still
+    changes under other writers, and no annotation says a result never changes; exact and
+    TTL caching are the operator's declaration. idempotentHint on a write -> idempotent.
+    Annotations come from a possibly untrusted server: the caller merges operator options
+    over these.
     """
     annotations = annotations or {}
-    read_only = _hint(annotations, "readOnlyHint", "read_only_hint") or False
-    open_world = _hint(annotations, "openWorldHint", "open_world_hint")
-    idempotent = _hint(annotations, "idempotentHint", "idempotent_hint") or False
-    if read_only:
-        return {"effect": "read", "deterministic": open_world is False}
-    return {"effect": "write", "idempotent": idempotent}
+    if _hint(annotations, "readOnlyHint", "read_only_hint"):
+        return {"effect": "read"}
+    return {
+        "effect": "write",
+        "idempotent": bool(_hint(annotations, "idempotentHint", "idempotent_hint")),
+    }

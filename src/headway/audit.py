@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from ._canonical import digest
 from ._redact import names_pattern, normalise, redact, redact_json_text, scrub
 
 
@@ -563,3 +564,46 @@ class _Batches:
 
 
 _CLOSE = object()  # wakes the thread to see that the sink is closed
+
+
+def refusal_record(
+    *,
+    time: float,
+    session: str,
+    tool: Any,
+    canonical: str | None,
+    redact: tuple[str, ...],
+    status: str,
+    error: str,
+    agent: str | None = None,
+    call_id: str | None = None,
+) -> dict[str, Any]:
+    """The record of a call refused before it took a step (semantics §10: one record per
+    call): a stopped session's call (``status="stopped"``), or a call whose arguments or
+    key cannot be used (``status="refused"``). Nothing ran; ``step`` is None."""
+    record: dict[str, Any] = dict.fromkeys(FIELDS)
+    record.update(
+        time=time,
+        agent=agent,
+        session=session,
+        tool=tool if isinstance(tool, str) else repr(tool)[:200],
+        args_digest=None if canonical is None else digest(canonical),
+        args=None if canonical is None else summarize(canonical, redact),
+        status=status,
+        executed=False,
+        cache_hit=False,
+        coalesced=False,
+        attempts=0,
+        breaker="closed",
+        latency_ms=0.0,
+        signals={},
+        decision="stop" if status == "stopped" else "refuse",
+        error=error,
+        correction=False,
+        budget={},
+        tokens_saved=0,
+        flags=[],
+        cache="none",
+        call_id=call_id,
+    )
+    return record

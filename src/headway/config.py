@@ -63,6 +63,8 @@ _GOVERNOR_FIELDS = {
     "agent",
     "budgets",
     "secret",
+    "workspace",
+    "idle_turn_s",
 }
 
 

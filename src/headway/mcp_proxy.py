@@ -8,9 +8,10 @@ upstream, the lighter JSON-RPC relay of ``_mcp_relay``. Each client session is a
 session: the proxy process over stdio, the MCP session id over streamable HTTP.
 
 What the client receives: EXECUTED is the upstream's result; CACHED and REPLAYED are the
-stored upstream result; CORRECTED, UNKNOWN, ERROR and a stop are tool results with
-``isError: true`` and headway's text. Every governed result carries ``_meta.headway``
-(status, step, executed). An upstream result with ``isError: true`` reaches the client as
+stored upstream result with a text block saying so (and when it was taken); CORRECTED,
+UNKNOWN, ERROR and a stop are tool results with ``isError: true`` and headway's text.
+Every governed result carries ``_meta.headway`` (status, step, executed: the upstream ran
+the call and answered during it). An upstream result with ``isError: true`` reaches the client as
 it was, and counts as an error for headway (never cached, repeated-error correction).
 """
 
@@ -31,13 +32,18 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from ._mcp_calls import (
     ANSWERED,
+    IDEMPOTENCY_KEY,
     SESSION,
+    Taken,
+    Turns,
     declare,
     fallback_structured,
     govern,
     headway_meta,
     judge_results,
     not_final,
+    result_key,
+    stored_note,
 )
 from ._session import Governor
 from .outcome import Outcome, Status
@@ -50,6 +56,8 @@ class Governance(Middleware):
         self.gov = gov
         judge_results(gov)
         self.session_id = session_id  # stdio: one session for the whole process
+        self.turns = Turns(gov.idle_turn_s, gov.timer)  # per client session
+        self.taken = Taken()
         self._annotations: dict[str, dict[str, Any]] = {}
         self._raw: dict[str, bool] = {}  # tools whose structured results are not objects
         self._schemas: dict[str, Any] = {}  # each tool's output schema, if it has one
@@ -86,17 +94,20 @@ class Governance(Middleware):
                 not_final(to_json(result)) if isinstance(result, InputRequired) else to_json(result)
             )
 
-        out = await govern(session, name, params.arguments or {}, meta, forward)
+        arguments = params.arguments or {}
+        out = await govern(session, name, arguments, meta, forward, self.turns, self.taken)
         if not isinstance(out, Outcome):
             return _error(*out)
         if upstream:
             self._raw[name] = isinstance(upstream[-1], RawStructuredToolResult)
+        stored = result_key(session.id, name, arguments, meta.get(IDEMPOTENCY_KEY))
         return answer(
             out,
             upstream[-1] if upstream else None,
             session.id,
             self._raw.get(name, False),
             self._schemas.get(name),
+            None if upstream else self.taken.when(stored, out.value),
         )
 
     def _declare(self, tool: Tool) -> None:
@@ -149,13 +160,22 @@ def to_json(result: ToolResult) -> dict[str, Any]:
 
 
 def answer(
-    out: Outcome, upstream: ToolResult | None, session: str, raw: bool, schema: Any = None
+    out: Outcome,
+    upstream: ToolResult | None,
+    session: str,
+    raw: bool,
+    schema: Any = None,
+    taken: float | None = None,
 ) -> ToolResult:
     """The MCP result the client receives for an outcome. ``upstream``: the result the
     upstream gave during this call, if it ran; ``raw``: the tool's structured results are
-    sent as they are (FastMCP's ``RawStructuredToolResult``, wrapped for older clients)."""
-    headway = headway_meta(out, session)
+    sent as they are (FastMCP's ``RawStructuredToolResult``, wrapped for older clients);
+    ``taken``: when a stored result was received, if known."""
+    headway = headway_meta(out, session, upstream is not None)
+    note = stored_note(out, taken)
     extra = [mt.TextContent(text=out.correction)] if out.correction else []
+    if note is not None:
+        extra.insert(0, mt.TextContent(text=note))
     error = out.error or {}
     if upstream is not None and (
         out.status is Status.EXECUTED

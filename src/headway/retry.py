@@ -139,5 +139,12 @@ def default_classify(exc: BaseException) -> Classification:
     return NON_RETRYABLE
 
 
+def lost_connection(exc: BaseException) -> bool:
+    """A connection lost after the request may have reached the tool (semantics §5.2: a
+    reset or closed connection, a broken pipe, an MCP upstream that exited mid-call): a
+    write's outcome is then unknown. Not a refused connection (nothing was sent)."""
+    return isinstance(exc, ConnectionResetError | ConnectionAbortedError | BrokenPipeError)
+
+
 def default_rng() -> float:
     return random.random()
