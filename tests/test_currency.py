@@ -94,6 +94,17 @@ def test_a_validated_read_in_async_code_sees_the_changed_file(tmp_path: Path) ->
     ]
 
 
+def test_a_file_changed_within_the_last_clock_tick_has_no_fingerprint_yet(tmp_path: Path) -> None:
+    """Timestamps have a grain (a coarse clock tick): a second change within it could
+    leave the same mtime, size and inode, so a file just changed cannot be told current."""
+    f = tmp_path / "a.txt"
+    f.write_text("x")
+    assert file_fingerprint(str(f)) is None
+    settled(f)
+    state = file_fingerprint(str(f))
+    assert state is not None and state[0] == "file" and state[3] == 1
+
+
 def test_a_missing_file_is_a_state_and_its_creation_a_change(tmp_path: Path) -> None:
     f = tmp_path / "later.txt"
     assert file_fingerprint(str(f)) == ABSENT
