@@ -230,8 +230,13 @@ def replay_run(
             out["executed"] += 1
             origin[str(o.value)] = rec["obs_sha1"]
             held[call] = str(o.value)
+        elif o.status is headway.Status.CORRECTED and "holds it as current" not in str(
+            o.correction
+        ):
+            out["corrected"] += 1  # a cycle: it quotes the last result, as the last one
         elif o.status in (headway.Status.CACHED, headway.Status.CORRECTED):
-            # a correction without running quotes the result headway holds: judged as served
+            # a repeat corrected without running quotes the result headway holds as
+            # current: judged as served
             served = str(o.value) if o.status is headway.Status.CACHED else held.get(call)
             held[call] = served or ""
             out["cached" if o.status is headway.Status.CACHED else "corrected"] += 1

@@ -745,7 +745,10 @@ class Monitor:
                     "limit": limit,
                     "consumed": used,
                     "last_progress_step": self.last_progress_step,
-                    "hint": f"{spec.name} kept reporting the same status; its {kind} budget is used up.",
+                    "hint": (
+                        f"{spec.name} kept answering with the same or almost the same "
+                        f"result; its {kind} budget is used up."
+                    ),
                 }
         return None
 
