@@ -230,7 +230,7 @@ def replay_run(
             out["executed"] += 1
             origin[str(o.value)] = rec["obs_sha1"]
             held[call] = str(o.value)
-        elif o.status is headway.Status.CORRECTED and "holds it as current" not in str(
+        elif o.status is headway.Status.CORRECTED and "holds that result as current" not in str(
             o.correction
         ):
             out["corrected"] += 1  # a cycle: it quotes the last result, as the last one

@@ -420,10 +420,10 @@ class Monitor:
             if same >= 2:
                 return (
                     f"headway: you called {spec.name} {same + 1} times with identical "
-                    f"arguments {args[:300]} and the result did not change (headway holds it "
-                    "as current, so this call was not run again); do not call it again with "
-                    "these arguments: use the result, change the arguments or the tool, or "
-                    "finish.\nResult: " + render(result_text(held.get("v")), 1500)
+                    f"arguments {args[:300]} and the result did not change; do not call it "
+                    "again with these arguments: use the result, change the arguments or the "
+                    "tool, or finish.\nheadway holds that result as current, so this call was "
+                    "not run again. Result: " + render(result_text(held.get("v")), 1500)
                 )
         cycle = self._cycle(key)
         if cycle is not None:
