@@ -12,7 +12,8 @@ reads are cached reads invalidated by writes; code execution is a write. Error r
 (tau-bench's ``Error: ...``) are recognised by the Governor's default predicate.
 
 Per source it prints: calls executed and served from cache, stale cache hits (a served
-result whose recorded sha1 differs from what the real tool returned: must be 0), runs with
+result, or the result a correction quotes without running the call, whose recorded sha1
+differs from what the real tool returned: must be 0), runs with
 a correction, runs stopped by a loop rule, and among the runs that succeeded (reward 1, or
 the source's own verdict) how many were corrected and how many stopped (must be 0), with
 the id of each such stopped run. For Magentic-One it also compares with the
@@ -189,6 +190,7 @@ def replay_run(
         return str(current["value"])
 
     origin: dict[str, str] = {}  # served value -> sha1 of the call that produced it
+    held: dict[str, str] = {}  # call -> the value it last executed or was served
     out = collections.Counter[str]()
     s = gov.session(calls[0]["run_id"])
     for rec in calls:
@@ -223,19 +225,27 @@ def replay_run(
         except headway.ArgumentError:
             out["malformed"] += 1
             continue
+        call = name + json.dumps(args, sort_keys=True, default=str)
         if o.status is headway.Status.EXECUTED:
             out["executed"] += 1
             origin[str(o.value)] = rec["obs_sha1"]
-        elif o.status is headway.Status.CACHED:
-            out["cached"] += 1
-            if origin.get(str(o.value)) != rec["obs_sha1"]:
+            held[call] = str(o.value)
+        elif o.status is headway.Status.CORRECTED and "holds that result as current" not in str(
+            o.correction
+        ):
+            out["corrected"] += 1  # a cycle: it quotes the last result, as the last one
+        elif o.status in (headway.Status.CACHED, headway.Status.CORRECTED):
+            # a repeat corrected without running quotes the result headway holds as
+            # current: judged as served
+            served = str(o.value) if o.status is headway.Status.CACHED else held.get(call)
+            held[call] = served or ""
+            out["cached" if o.status is headway.Status.CACHED else "corrected"] += 1
+            if origin.get(str(served)) != rec["obs_sha1"]:
                 recorded = rec.get("observation") or ""
                 # Claude Code answers a repeated Read of an unchanged file with a stub (or
                 # the record is empty): our served content is the real, unchanged file
                 stub = not recorded or recorded.startswith("File unchanged since last read")
                 out["harness_stub" if stub else "stale"] += 1
-        elif o.status is headway.Status.CORRECTED:
-            out["corrected"] += 1
         if o.correction is not None:
             out["with_correction"] += 1
     out["corrected_run"] = int(out["corrected"] + out["with_correction"] > 0)

@@ -47,8 +47,9 @@ def make_governor(url: str, options: dict[str, Any], namespace: str, bank_path: 
     gov = headway.Governor(store=headway.open_store(url, **options), namespace=namespace)
 
     def page(n: int) -> str:
-        # the same listing whatever the page asked for, stamped with the time
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+        # the same listing whatever the page asked for (a timestamp that changed would be
+        # news between calls with other arguments, semantics §3)
+        stamp = "2026-12-01T10:00:00"
         lines = [f"order {i}: shipped, 2 items, carrier DHL" for i in range(PAGE_LINES)]
         return f"Orders as of {stamp}\n" + "\n".join(lines)
 

@@ -221,5 +221,6 @@ def test_a_raising_normaliser_never_escapes_a_call(clock: Any) -> None:
     gov.register("t", ScriptedTool(["same"]), effect="read")
     s = gov.session("r")
     outs = [s.call("t", {}) for _ in range(3)]
-    # the text is still judged: the third identical unchanged read is corrected
-    assert [o.status for o in outs] == [headway.Status.EXECUTED] * 2 + [headway.Status.CORRECTED]
+    # the text is still judged: the third identical unchanged result comes with the correction
+    assert [o.status for o in outs] == [headway.Status.EXECUTED] * 3
+    assert "returned the same result 3 times" in str(outs[2].correction)

@@ -37,6 +37,9 @@ def prelude() -> dict[str, Any]:
         "charge": charge,
         "payments": payments,
         "fn": lambda **kw: {"quote": 1},
+        "read_file": lambda path="": f"contents of {path}",
+        "get_doc": lambda url="": f"document at {url}",
+        "head": lambda url: {"ETag": f"etag of {url}"},
         "framework_call": lambda args: f"the framework ran web_search with {args}",
     }
 

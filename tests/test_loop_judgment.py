@@ -103,14 +103,16 @@ def test_a_form_filled_on_one_page_is_never_corrected_or_stopped(gov: headway.Go
 
 def test_the_same_click_on_an_unchanged_page_is_no_progress(clock: FakeClock) -> None:
     """The counterpart of the form: the same element clicked again, the same page back
-    (renumbered), moved nothing: no progress, and corrected from the third identical call."""
+    (renumbered), moved nothing: no progress, and corrected from the third identical call
+    (the click runs: headway holds no current page)."""
     gov = headway.Governor(clock=clock, normalizers=BROWSER_NORMALIZERS)
     page = SettingsPage()
     s = _browser(gov, page)
     s.call("click", {"index": 7})
     again = [s.call("click", {"index": 7}) for _ in range(2)]
     assert gov.audit_records("form")[1]["mark"] == "no_progress"
-    assert again[1].status is Status.CORRECTED
+    assert again[1].status is Status.EXECUTED
+    assert "click returned the same result 3 times" in str(again[1].correction)
 
 
 def test_clicking_different_links_that_land_on_a_page_already_seen_is_no_progress(
@@ -175,7 +177,8 @@ def test_the_same_query_reissued_three_times_with_the_same_answer_is_corrected(
     gov: headway.Governor,
 ) -> None:
     """A cached read (served the 2nd time) and an uncached one: the 3rd identical call is
-    corrected, with the answer it keeps getting."""
+    corrected, with the answer it keeps getting; the uncached one runs (headway holds no
+    current answer) and its unchanged answer comes with the correction."""
     glob = ScriptedTool(["No files found"])
     gov.register("Glob", glob, effect="read", deterministic=True)
     gov.register("search", ScriptedTool(["No results"]), effect="read")
@@ -186,7 +189,10 @@ def test_the_same_query_reissued_three_times_with_the_same_answer_is_corrected(
     assert glob.count == 1
     s.user_turn()
     plain = [s.call("search", {"q": "launchcode"}) for _ in range(3)]
-    assert [o.status for o in plain] == [Status.EXECUTED, Status.EXECUTED, Status.CORRECTED]
+    assert [o.status for o in plain] == [Status.EXECUTED] * 3
+    assert [o.correction is None for o in plain] == [True, True, False]
+    assert "search returned the same result 3 times" in plain[2].to_model()
+    assert plain[2].to_model().startswith("No results")
 
 
 def test_cosmetic_variants_of_one_query_count_as_repeats(gov: headway.Governor) -> None:

@@ -31,16 +31,20 @@ def run(s: headway.Session, calls: list[tuple[str, dict[str, Any]]]) -> list[hea
 
 
 def test_stuck_read_is_corrected_from_the_third_call_then_stopped(gov: headway.Governor) -> None:
+    """An uncached read: headway holds no current result, so every call runs; from the
+    3rd unchanged result on the result comes with the correction, then the run stops."""
     tool = ScriptedTool([ORDERS])
     gov.register("search_orders", tool, effect="read")
     s = gov.session("r")
     outs = run(s, [("search_orders", {"customer_id": "c1"})] * 7)
-    assert [o.status for o in outs[:2]] == [Status.EXECUTED] * 2
-    assert all(o.status is Status.CORRECTED and o.value is None for o in outs[2:])
+    assert [o.correction for o in outs[:2]] == [None, None]
+    assert all(o.status is Status.EXECUTED and o.value == ORDERS for o in outs)
+    assert all(o.correction is not None for o in outs[2:])
     text = outs[2].to_model()
-    assert "search_orders" in text and "3 times" in text and '"customer_id":"c1"' in text
-    assert "No orders were found" in text  # the last result
-    assert tool.count == 2
+    assert "search_orders returned the same result 3 times" in text
+    assert '"customer_id":"c1"' in text and "No orders were found" in text  # the result
+    assert "did not change" not in text
+    assert tool.count == 7
     with pytest.raises(headway.LoopDetected) as info:
         s.call("search_orders", {"customer_id": "c1"})
     d = info.value.diagnostic
@@ -63,8 +67,8 @@ def test_near_duplicate_pages_are_corrected_then_stopped(gov: headway.Governor) 
     s = gov.session("r")
     outs = run(s, [("click", {"target": "Next month"})] * 7)
     assert outs[0].value != outs[1].value  # never byte-identical
-    assert [o.status for o in outs[:2]] == [Status.EXECUTED] * 2
-    assert all(o.status is Status.CORRECTED for o in outs[2:])
+    assert all(o.status is Status.EXECUTED for o in outs)  # no current result held: runs
+    assert all("apart from volatile parts" in (o.correction or "") for o in outs[2:6])
     with pytest.raises(headway.LoopDetected):
         s.call("click", {"target": "Next month"})
 
@@ -75,8 +79,11 @@ def test_near_duplicates_without_a_normaliser(clock: FakeClock) -> None:
     n = itertools.count()
     gov.register("search", ScriptedTool([lambda q: body + f"(request {next(n)})"]), effect="read")
     s = gov.session("r")
-    outs = run(s, [("search", {"q": "LIS"})] * 3)
-    assert outs[2].status is Status.CORRECTED
+    outs = run(s, [("search", {"q": "LIS"})] * 4)
+    # alike, not the same: no progress, but never said to be "the same result"
+    assert [r["mark"] for r in gov.audit_records("r")][1:] == ["no_progress"] * 3
+    assert outs[2].correction is None and "returned the same" not in (outs[3].correction or "")
+    assert "almost the same result" in (outs[3].correction or "")
 
 
 def _poll_tool(running: int) -> ScriptedTool:
@@ -270,7 +277,7 @@ def test_key_order_and_ignored_fields_do_not_change_the_repeat_count(clock: Fake
         s.call("search", {"page": 1, "q": "x", "request_id": "b"}),
         s.call("search", {"request_id": "c", "q": "x", "page": 1}),
     ]
-    assert outs[2].status is Status.CORRECTED
+    assert outs[2].status is Status.EXECUTED and "same result 3 times" in str(outs[2].correction)
     assert gov.audit_records("r")[2]["signals"]["repeat"] == 3
 
 
@@ -280,7 +287,7 @@ def test_new_user_turn_resets_counters_not_budgets(gov: headway.Governor) -> Non
     run(s, [("search", {"q": 1})] * 3)
     s.user_turn()
     outs = run(s, [("search", {"q": 1})] * 3)
-    assert [o.status for o in outs] == [Status.EXECUTED, Status.EXECUTED, Status.CORRECTED]
+    assert [o.correction is None for o in outs] == [True, True, False]
     s.call("search", {"q": 2})
     s.call("search", {"q": 3})
     with pytest.raises(headway.BudgetExceeded):

@@ -117,7 +117,8 @@ def test_a_correction_quoting_a_long_result_still_counts_what_it_leaves_out() ->
     full length left out, as it did when the whole text was kept."""
     gov = headway.Governor(audit=[])
     text = "status: " + "y" * 5_000  # under the 8 KiB an observation keeps
-    gov.register("status", lambda job: text, effect="read")
+    # cached: the 3rd identical call is corrected, quoting the result headway holds
+    gov.register("status", lambda job: text, effect="read", deterministic=True)
     s = gov.session("run-long")
     outs = [s.call("status", {"job": 1}) for _ in range(3)]
     correction = outs[-1].to_model()

@@ -46,13 +46,15 @@ def marks(audit: MemoryAudit, run_id: str) -> list[str]:
 
 
 def third_identical_call(gov: headway.Governor, first: str, second: str) -> Status:
-    """The status of the 3rd identical read when the first two returned these results:
-    CORRECTED when the 2nd result counts as unchanged (a near-duplicate), else EXECUTED."""
+    """How the 2nd identical read is judged when the first two returned these results:
+    CORRECTED when it counts as no progress (a near-duplicate), else EXECUTED. (The 3rd
+    identical read itself runs: headway holds no current result of an uncached read.)"""
     gov.register("page", ScriptedTool([first, second, second]), effect="read")
     s = gov.session("third", no_progress_limit=100)
     s.call("page", {"url": "u"})
     s.call("page", {"url": "u"})
-    return s.call("page", {"url": "u"}).status
+    mark = s.audit_records()[-1]["mark"]
+    return Status.CORRECTED if mark == "no_progress" else Status.EXECUTED
 
 
 # -- the near-duplicate rule: 5-grams, Jaccard >= 0.75, short results exact ------------------

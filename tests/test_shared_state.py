@@ -315,8 +315,9 @@ def test_each_agents_stream_continues_on_another_worker(tmp_path: Path) -> None:
     b.session("r").call("search", {"q": "x"}, agent="scout")
     a.session("r").call("search", {"q": "x"}, agent="writer")  # its own stream: new to it
     out = b.session("r").call("search", {"q": "x"}, agent="scout")  # the scout's third
-    assert out.status is headway.Status.CORRECTED
+    assert out.status is headway.Status.EXECUTED  # uncached: it runs, with the correction
     assert out.correction is not None and out.correction.startswith("[agent scout]")
+    assert "returned the same result 3 times" in out.correction
 
 
 def test_shadow_mode_records_the_stop_another_worker_would_have_made(tmp_path: Path) -> None:

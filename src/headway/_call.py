@@ -56,6 +56,10 @@ class Call:
     rider: Any = None
     claimed: Any = None
     looked_up: bool = False  # begin() already looked the read up (an in-process store)
+    # a read with ``validate``: the digest of its fingerprint, taken once before it runs
+    # (None: not taken yet, or it could not be: then nothing is served or stored)
+    currency: str | None = None
+    validated: bool = False
     agent: str | None = None  # the agent making the call, in a multi-agent run
     call_id: str | None = None  # the framework's id of this tool call (audit and spans only)
     fn: Any = None  # what runs the tool: the spec's function, or the caller's ``run=``

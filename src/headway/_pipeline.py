@@ -26,6 +26,7 @@ from ._attempts import execute
 from ._call import Call, describe, identity, recordable, result_text
 from ._canonical import canonical_json, digest
 from ._effects import Blocking, Plan, Sleep, Wait
+from ._fingerprint import OnArgument
 from ._settle import bump, check_stop, settle, settle_shared
 from ._shared import Moved, counts_calls, refresh, reserve, take
 from ._spec import ToolSpec
@@ -117,7 +118,8 @@ def begin(
     if st.shared or st.epochs is not None:
         return c  # the session's state (or its epochs) in the store: the rest is in plan()
     cacheable = spec.cacheable()
-    if c.effect == "read" and not (cacheable and gov.store.blocking):
+    # a fingerprint (``validate``) is I/O: looked at in plan(), by the driver
+    if c.effect == "read" and not (cacheable and (gov.store.blocking or spec.validate)):
         entry = None
         if cacheable:  # direct_op()'s fail-open read, inline: its frame is 2% of a cache hit
             try:
@@ -169,7 +171,7 @@ def _shared_plan(gov: Governor, st: SessionState, c: Call) -> Plan[Outcome]:
     # the cache epochs seen: other threads here taking steps move the record, not them
     seen = st.epoch
     optimistic = c.effect == "read" and not c.early and st.remote is not None and gov.enforce
-    if optimistic and c.spec.cacheable():
+    if optimistic and c.spec.cacheable() and (yield from _current(gov, c)):
         key = _cache_key(gov, st, c)
         entry = _recall(gov, c.spec, key)
         if entry is not None:
@@ -281,6 +283,8 @@ def _cache_key(gov: Governor, st: SessionState, c: Call) -> str:
         memo = st.key_prefixes.get(spec.name)
         if memo is not None and memo[0] is spec and memo[1] == epoch:
             c.cache_key = memo[2] + args_id
+            if c.currency is not None:
+                c.cache_key += "~" + c.currency
             return c.cache_key
     scope = (
         "global"
@@ -297,7 +301,32 @@ def _cache_key(gov: Governor, st: SessionState, c: Call) -> str:
     if spec.resources is None:
         st.key_prefixes[spec.name] = (spec, epoch, prefix)
     c.cache_key = prefix + args_id
+    if c.currency is not None:  # stored and found under its fingerprint only (``validate``)
+        c.cache_key += "~" + c.currency
     return c.cache_key
+
+
+def _current(gov: Governor, c: Call) -> Plan[bool]:
+    """Whether the read may be looked up in its cache: always, unless its spec has a
+    ``validate`` fingerprint that cannot be taken (the function raised, returned None or
+    something JSON cannot hold): then the state of what it reads is unknown, nothing is
+    served, and its result is not stored. Taken once per call, before the tool runs."""
+    spec = c.spec
+    if spec.fingerprint is None:
+        return True
+    if not c.validated:
+        c.validated = True
+        try:
+            # the built-ins look at a local file: no thread needed; a function may not
+            inline = isinstance(spec.fingerprint, OnArgument)
+            value = yield Blocking(spec.fingerprint, (c.args,), not inline)
+            if value is None:
+                c.flag("not_current: no fingerprint")
+            else:
+                c.currency = digest(canonical_json(value))[:32]
+        except Exception as exc:
+            c.flag(f"not_current: validate raised {type(exc).__name__}: {describe(exc)}"[:300])
+    return c.currency is not None
 
 
 def _age_clock(gov: Governor) -> Callable[[], float]:
@@ -326,6 +355,9 @@ def _served(gov: Governor, st: SessionState, c: Call, entry: Any) -> bool:
     fresh = None if entry is None else entry if _fresh(gov, spec, entry) else None
     # a TTL read whose entry expired is a fresh look, not a repeat
     monitor = st.monitor if c.agent is None else st.monitor_of(c.agent)
+    if monitor.versions.get(spec.name) != spec.version:
+        with st.lock:  # a new version is a new epoch: the old one's steps correct nothing
+            monitor.adopt(spec.name, spec.version)
     if fresh is not None and gov.enforce and st.in_batch(c.key):
         # an identical read in the model's turn that served this one (a parallel batch, §1)
         # that began after its leader ended: a follower all the same, never a repeat
@@ -333,7 +365,7 @@ def _served(gov: Governor, st: SessionState, c: Call, entry: Any) -> bool:
     elif (fresh is not None or not spec.ttl) and monitor.may_correct(c.key):
         with st.lock:
             shown = summarize(c.canon, spec.redact_names, 300)  # never a secret in a correction
-            correction = monitor.before(spec, c.key, "read", shown)
+            correction = monitor.before(spec, c.key, "read", shown, fresh)
         if correction is not None:
             if gov.enforce:
                 c.status, c.correction = CORRECTED, correction
@@ -381,9 +413,9 @@ def _recall(gov: Governor, spec: ToolSpec, key: str) -> dict[str, Any] | None:
 
 def _read(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
     spec = c.spec
-    if not c.looked_up:  # a shared store: the lookup is I/O
+    if not c.looked_up:  # a shared store, or a fingerprint to take: the lookup is I/O
         entry = None
-        if spec.cacheable():
+        if spec.cacheable() and (yield from _current(gov, c)):
             entry = yield from _lookup(gov, st, c)
             _hold(gov, st, c, entry)
         if _served(gov, st, c, entry):

@@ -123,6 +123,8 @@ def _judge(gov: Governor, st: SessionState, c: Call, now: float) -> _Judged:
     correction = c.correction
     stop: Stop | None = None
     monitor = st.monitor_of(c.agent)
+    if c.known and monitor.versions.get(spec.name) != spec.version:
+        monitor.adopt(spec.name, spec.version)  # a new version: a new epoch (§1)
     if c.known and not c.coalesced:
         status = c.status
         if status is CACHED and c.agent is not None and not monitor.may_correct(c.key):

@@ -7,6 +7,7 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TypedDict
 
+from ._fingerprint import resolve
 from ._redact import DEFAULT_NAMES
 from .errors import ConfigError
 
@@ -25,6 +26,7 @@ class ToolOptions(TypedDict, total=False):
     idempotent: bool
     deterministic: bool
     ttl: float | None
+    validate: Callable[..., Any] | str | None
     version: str
     scope: Literal["session", "global"]
     invalidates: Sequence[str] | str | None
@@ -60,6 +62,9 @@ class ToolSpec:
     idempotent: bool = False
     deterministic: bool = False
     ttl: float | None = None
+    # a fingerprint of what the read reads (``_fingerprint``): a function of the arguments,
+    # or a built-in's name ("file:path"); an entry is served while it is unchanged
+    validate: Callable[[Mapping[str, Any]], Any] | str | None = None
     version: str = ""
     scope: Literal["session", "global"] = "session"
     invalidates: tuple[str, ...] | None = None
@@ -84,6 +89,10 @@ class ToolSpec:
     is_async: bool = False
     #: the argument names the audit masks: the defaults (unless turned off) plus ``redact``
     redact_names: tuple[str, ...] = dataclasses.field(default=(), init=False)
+    #: the function ``validate`` names (None: no fingerprint)
+    fingerprint: Callable[[Mapping[str, Any]], Any] | None = dataclasses.field(
+        default=None, init=False
+    )
 
     def __post_init__(self) -> None:
         if self.fn is not None and not callable(self.fn):
@@ -100,6 +109,7 @@ class ToolSpec:
                 ("deterministic", self.deterministic),
                 ("poll", self.poll),
                 ("ttl", self.ttl),
+                ("validate", self.validate),
                 ("scope", self.scope != "session"),
             ):
                 if value:
@@ -122,6 +132,7 @@ class ToolSpec:
         object.__setattr__(self, "is_async", inspect.iscoroutinefunction(fn))
         defaults = DEFAULT_NAMES if self.redact_defaults else ()
         object.__setattr__(self, "redact_names", (*defaults, *self.redact))
+        object.__setattr__(self, "fingerprint", resolve(self.name, self.validate))
 
     @property
     def has_fallback(self) -> bool:
@@ -138,8 +149,13 @@ class ToolSpec:
         return "read" if answer == "read" else "write"
 
     def cacheable(self) -> bool:
-        """Read + deterministic (exact cache) or read + ttl > 0 (TTL cache)."""
-        return self.deterministic or (self.ttl is not None and self.ttl > 0)
+        """Read + deterministic (exact cache), read + ttl > 0 (TTL cache), or a read with
+        a ``validate`` fingerprint (served while the fingerprint is unchanged)."""
+        return (
+            self.deterministic
+            or (self.ttl is not None and self.ttl > 0)
+            or self.validate is not None
+        )
 
 
 def error_result(value: Any) -> bool:
@@ -167,13 +183,13 @@ _NEVER_ERRORS = (int, float, list, tuple)  # a tuple: ``int | float`` builds a u
 
 def declares_read(table: Mapping[str, Any]) -> bool:
     """An operator's table that gives a tool what only a read can have (a ttl, an exact
-    cache, polling, a global scope) and no effect declares it a read, whatever the upstream's
+    cache, a ``validate`` fingerprint, polling, a global scope) and no effect declares it a read, whatever the upstream's
     annotations say: the operator's file wins, and it would be a contradiction otherwise."""
     if "effect" in table:
         return False
-    return bool(table.get("ttl") or table.get("deterministic") or table.get("poll")) or (
-        table.get("scope") == "global"
-    )
+    return bool(
+        table.get("ttl") or table.get("deterministic") or table.get("poll") or table.get("validate")
+    ) or (table.get("scope") == "global")
 
 
 def make_spec(name: str, fn: Callable[..., Any] | None, **options: Any) -> ToolSpec:
@@ -183,6 +199,7 @@ def make_spec(name: str, fn: Callable[..., Any] | None, **options: Any) -> ToolS
         "fn",
         "is_async",
         "redact_names",
+        "fingerprint",
     }
     unknown = sorted(set(options) - fields)
     if unknown:

@@ -21,6 +21,9 @@
     cooldown_s = 30.0
     probes = 1
 
+    [tools.read_file]
+    validate = "file:path"              # cached while the file at args["path"] is unchanged
+
 Options in the file are the operator's: they win over what code passes to ``register``
 (and over MCP annotations). Python-only fields (``progress``, ``reconcile``, ``classify``,
 an ``effect`` function) stay in code.
@@ -34,13 +37,23 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ._fingerprint import resolve as resolve_validate
 from ._spec import ToolSpec
 from .breaker import Breaker
 from .budgets import Budgets
 from .errors import ConfigError
 from .retry import Retry
 
-_PYTHON_ONLY = {"fn", "name", "progress", "reconcile", "classify", "is_async", "redact_names"}
+_PYTHON_ONLY = {
+    "fn",
+    "name",
+    "progress",
+    "reconcile",
+    "classify",
+    "is_async",
+    "redact_names",
+    "fingerprint",
+}
 _TOOL_FIELDS = {f.name for f in dataclasses.fields(ToolSpec)} - _PYTHON_ONLY
 _GOVERNOR_FIELDS = {
     "store",
@@ -112,12 +125,28 @@ def parse(data: Mapping[str, Any], source: str = "config") -> Config:
         bad = sorted(set(options) - _TOOL_FIELDS)
         if bad:
             raise ConfigError(f"{where}: unknown key(s) {', '.join(bad)}")
+        if "validate" in options:
+            _check_validate(options["validate"], where)
         if "retry" in options:
             options["retry"] = _build(Retry, options["retry"], f"{where}.retry")
         if "breaker" in options:
             options["breaker"] = _build(Breaker, options["breaker"], f"{where}.breaker")
         tools[name] = options
     return Config(governor, tools)
+
+
+def _check_validate(value: Any, where: str) -> None:
+    """``validate`` in a file names a built-in: ``"file:ARGUMENT"`` (a function is
+    Python's)."""
+    if not isinstance(value, str):
+        raise ConfigError(
+            f"{where}: validate must name a built-in fingerprint such as 'file:path' "
+            f"(the argument that holds the path), not {type(value).__name__}"
+        )
+    try:
+        resolve_validate(where, value)
+    except ConfigError as exc:
+        raise ConfigError(str(exc).replace(f"tool {where!r}", where, 1)) from None
 
 
 def load_config(path: str | Path) -> Config:

@@ -20,7 +20,7 @@ from typing import Any, Literal, NamedTuple, Protocol
 
 import orjson
 
-from ._call import describe
+from ._call import describe, result_text
 from ._seen import Seen
 from ._spec import ToolSpec
 from .outcome import CACHED, CORRECTED, ERROR, EXECUTED, FALLBACK, REPLAYED, UNKNOWN, Status, render
@@ -33,6 +33,8 @@ from .similarity import (
     apply,
     content_units,
     could_be_similar,
+    identifiers,
+    is_volatile,
     jaccard,
     normalize,
     overlap,
@@ -40,6 +42,7 @@ from .similarity import (
     shingles,
     sketch,
     stable_hash,
+    volatile_tokens,
 )
 
 Mark = Literal["progress", "no_progress", "waiting", "neutral"]
@@ -91,6 +94,7 @@ class Observation:
         "tool",
         "unchanged",
         "units",
+        "vkey",
     )
 
     def __init__(
@@ -115,6 +119,8 @@ class Observation:
         self.effect, self.status, self.error = effect, status, error
         self.mark, self.args, self.duplicate, self.unchanged = mark, args, duplicate, unchanged
         self.units, self.probe = units, probe
+        # the result compared without its volatile parts, when they are there (else nkey)
+        self.vkey: str | None = None
         self._text, self._size = text, -1  # _size: the text's length once only its head is read
         self._norm, self.nlen = norm, -1 if norm is None else len(norm)
         self._derive: tuple[Normalizer, ...] | None = None  # norm = normalize(text, _derive)
@@ -171,6 +177,12 @@ class Observation:
             key = norm if len(norm) < SHORT else "\x00" + _sha(norm)[:32]
             self._nkey = key
         return key
+
+    @property
+    def same_key(self) -> str:
+        """What the result is compared by with the previous result of the same call:
+        volatile parts (timestamps, ids) set aside."""
+        return self.vkey if self.vkey is not None else self.nkey
 
     @property
     def args_digest(self) -> str:
@@ -261,6 +273,7 @@ _verdict = tuple.__new__  # a Verdict from its full field tuple, without __new__
 
 class Monitor:
     __slots__ = (
+        "_cosmetic",
         "_errors",
         "_held",
         "_keys",
@@ -272,6 +285,7 @@ class Monitor:
         "_polls",
         "_probes",
         "_units",
+        "_volatile",
         "detectors",
         "last_progress_step",
         "limit",
@@ -281,6 +295,7 @@ class Monitor:
         "repeat",
         "repeat_key",
         "threshold",
+        "versions",
         "window",
     )
 
@@ -296,6 +311,8 @@ class Monitor:
         self.limit = limit
         self.window: deque[Observation] = deque(maxlen=window)
         self.normalizers = tuple(normalizers)
+        self._cosmetic = tuple(n for n in self.normalizers if not is_volatile(n))
+        self._volatile = tuple(n for n in self.normalizers if is_volatile(n))
         self.threshold = threshold
         self.detectors = tuple(detectors)
         self.repeat_key = ""
@@ -314,6 +331,7 @@ class Monitor:
         self._probes: dict[int, int] = {}  # (tool, query shape, short result) in the window
         self._page: Observation | None = None  # the window's last long result
         self._held: list[Observation] = []  # window steps whose norm was rebuilt (_hold)
+        self.versions: dict[str, str] = {}  # tool -> the version its steps were made under
 
     def user_turn(self) -> None:
         """A new user request: repeat and no-progress counters start again."""
@@ -332,6 +350,49 @@ class Monitor:
         self._held.clear()
         self.pushed += 1
 
+    # -- versions: a tool's new version is a new epoch ------------------------------
+
+    def adopt(self, tool: str, version: str) -> None:
+        """The calls to come of ``tool`` are under ``version``: when it is not the version
+        seen so far, what was counted of the tool under the other one is forgotten (its
+        steps, repeats, errors, last results), so nothing of it corrects, counts or
+        compares with a call under this one. Callers hold the session's lock and check
+        ``versions.get(tool) != version`` first (a dict look-up per call)."""
+        before = self.versions.get(tool)
+        self.versions[tool] = version
+        if before is None or before == version:
+            return
+        kept = [o for o in self.window if o.tool != tool]
+        last = [o for o in self._last_of_key.values() if o.tool != tool]
+        page = self._page if self._page is not None and self._page.tool != tool else None
+        errors = {t: v for t, v in self._errors.items() if t != tool}
+        polls = {k: v for k, v in self._polls.items() if not k.startswith(tool + ":")}
+        values = {t: v for t, v in self._last_value.items() if t != tool}
+        removed = len(kept) != len(self.window)
+        repeat_key, repeat, run = self.repeat_key, self.repeat, self.no_progress_run
+        self.user_turn()
+        for step in kept:
+            self.window.append(step)
+            self._keys[step.key] = self._keys.get(step.key, 0) + 1
+            if step.nlen >= 0:
+                self._norms[step.nkey] = self._norms.get(step.nkey, 0) + 1
+                if step.probe:
+                    self._probes[step.probe] = self._probes.get(step.probe, 0) + 1
+                self._units.add(step.units)
+        self._units.fit(self.window)
+        self._last_of_key = {o.key: o for o in last}
+        self._page, self._errors, self._polls, self._last_value = page, errors, polls, values
+        if not (kept and repeat_key == kept[-1].key and not removed):
+            repeat_key, repeat = (kept[-1].key, 1) if kept else ("", 0)
+        self.repeat_key, self.repeat = repeat_key, repeat
+        if removed:  # the run of no-progress steps, without the tool's
+            run = 0
+            for o in reversed(kept):
+                if o.mark == "progress":
+                    break
+                run += o.mark == "no_progress"
+        self.no_progress_run = run
+
     # -- before a call -------------------------------------------------------------
 
     def may_correct(self, key: str) -> bool:
@@ -340,19 +401,30 @@ class Monitor:
         comparison): most calls skip ``before()`` and the lock it takes."""
         return key == self.repeat_key or key in self._keys
 
-    def before(self, spec: ToolSpec, key: str, effect: str, args: str = "") -> str | None:
-        """A correction text when this call should not run (read repeat or cycle)."""
+    def before(
+        self,
+        spec: ToolSpec,
+        key: str,
+        effect: str,
+        args: str = "",
+        held: Mapping[str, Any] | None = None,
+    ) -> str | None:
+        """A correction text when this call should not run: a read repeat whose result
+        headway holds as current (``held``, its cache entry), or a cycle. Without a current
+        entry a repeated read runs: its result may have changed out of headway's sight
+        (``after()`` then says whether it did)."""
         if spec.poll:
             return None
-        prev = self._last_of_key.get(key)
-        repeat = self.repeat + 1 if key == self.repeat_key else 1
-        if effect == "read" and repeat >= 3 and prev is not None and prev.unchanged:
-            return (
-                f"headway: you called {spec.name} {repeat} times with identical arguments "
-                f"{args[:300]} and the result did not change; do not call it again with these "
-                "arguments: use the result, change the arguments or the tool, or finish."
-                + _last(prev)
-            )
+        if effect == "read" and held is not None:
+            same = self._streak(key)  # earlier calls in a row with the same result
+            if same >= 2:
+                return (
+                    f"headway: you called {spec.name} {same + 1} times with identical "
+                    f"arguments {args[:300]} and the result did not change; do not call it "
+                    "again with these arguments: use the result, change the arguments or the "
+                    "tool, or finish.\nheadway holds that result as current, so this call was "
+                    "not run again. Result: " + render(result_text(held.get("v")), 1500)
+                )
         cycle = self._cycle(key)
         if cycle is not None:
             period, _start = cycle
@@ -361,10 +433,23 @@ class Monitor:
                 calls = ", ".join(f"{o.tool} {o.args[:120]}" for o in list(self.window)[-period:])
                 return (
                     f"headway: you called the same {period} tools in a cycle 3 times ({calls}) and "
-                    "their results did not change; going round again will not help: use the "
-                    "results you have, try a different approach, or finish." + _last(prev)
+                    "they brought nothing new; going round again will not help: use the "
+                    "results you have, try a different approach, or finish."
+                    + _last(self._last_of_key.get(key))
                 )
         return None
+
+    def _streak(self, key: str) -> int:
+        """How many of the last calls, all with ``key``, returned the same result (each
+        the same as the one before it): 0 when the last call had another key."""
+        n = 0
+        for o in reversed(self.window):
+            if o.key != key or o.status in _NEUTRAL or o.status is ERROR:
+                break
+            n += 1
+            if not o.unchanged:
+                break  # the first of the run: its result differed from the call before it
+        return n
 
     def _cycle(self, key: str) -> tuple[int, int] | None:
         """(period, start step) when ``key`` continues a cycle of 3+ full rounds."""
@@ -455,6 +540,16 @@ class Monitor:
             step.mark = self._progress_mark(spec, step, prev, value)
             if status is EXECUTED:
                 self._last_value[step.tool] = value
+        if step.mark == "progress" and (spec.progress is not None or spec.progress_fields):
+            step.unchanged = False  # the tool's own progress check says it moved on
+        if (
+            correction is None
+            and status is EXECUTED
+            and step.effect == "read"
+            and step.unchanged
+            and not spec.poll
+        ):
+            correction = self._repeat_note(spec, step)
         # counters
         stop: dict[str, Any] | None = None
         stop_kind: Literal["loop", "budget"] | None = None
@@ -470,11 +565,36 @@ class Monitor:
         self._push(step)
         return self._decide(spec, step, signals, correction, stop, stop_kind, session_limit)
 
+    def _repeat_note(self, spec: ToolSpec, step: Observation) -> str | None:
+        """The correction an executed read gets when it returned, for the 3rd time in a
+        row or more, the same result as the identical calls before it (judged before the
+        step joins the window)."""
+        same = 1
+        exact = True
+        for o in reversed(self.window):
+            if o.key != step.key or o.status in _NEUTRAL or o.status is ERROR:
+                break
+            same += 1
+            if o.status is EXECUTED and o.nkey != step.nkey:  # o.nkey: the whole result
+                exact = False  # equal only once volatile parts are set aside
+            if not o.unchanged:
+                break
+        if same < 3:
+            return None
+        apart = "" if exact else " (apart from volatile parts: timestamps, ids)"
+        return (
+            f"headway: {spec.name} returned the same result {same} times for identical "
+            f"arguments {step.args[:300]}{apart}; calling it again with these arguments will "
+            "not tell you more: use the result, change the arguments or the tool, or finish."
+        )
+
     def _judge(self, step: Observation, prev: Observation | None, signals: dict[str, Any]) -> None:
         """Whether the result is new information (the weak progress rule): the target (the
         call) and the content are judged separately."""
-        step.unchanged = prev is not None and prev.nlen >= 0 and self._near(step, prev)
-        same_call = prev is not None and prev.nlen >= 0 and prev.nkey == step.nkey
+        # the same result as the identical call before (not merely alike; its volatile
+        # parts set aside): what the read repeat rule's "returned the same result" means
+        same_call = prev is not None and prev.nlen >= 0 and prev.same_key == step.same_key
+        step.unchanged = same_call
         if step.nlen < SHORT:
             # a short answer ("No files found", "[]") to a new query is exploration: a
             # repeat only for the same query or a cosmetic variant of it (same words)
@@ -486,7 +606,7 @@ class Monitor:
             step.duplicate = True
             if not same_call:
                 signals["same_result"] = True
-        elif step.unchanged:
+        elif same_call or (prev is not None and prev.nlen >= 0 and self._near(step, prev)):
             step.duplicate = True
             signals["near_duplicate"] = True
         elif prev is not None or self._similar_call(step):
@@ -560,14 +680,15 @@ class Monitor:
             limit = spec.no_progress_limit or session_limit
             if run >= limit:
                 stop, stop_kind = self._loop_diagnostic(limit, signals), "loop"
-                correction = correction or (
+                stopping = (
                     f"headway: no progress in the last {run} steps (the last: {step.tool} "
                     f"{step.args[:200]}); this run is being stopped."
-                )
+                )  # said even when the step has its own correction: the run ends here
+                correction = stopping if correction is None else f"{correction}\n{stopping}"
             elif run >= (limit // 2 or 1) and correction is None and step.status is not CORRECTED:
                 correction = (
                     f"headway: no progress in the last {run} steps: {step.tool} {step.args[:200]} "
-                    "returned what you already had. Change your approach or finish; at "
+                    f"{_why(spec, step, signals)}. Change your approach or finish; at "
                     f"{limit} steps without progress this run is stopped."
                 )
         return _verdict(Verdict, (step.mark, signals, correction, stop, stop_kind))
@@ -576,7 +697,7 @@ class Monitor:
         self, spec: ToolSpec, step: Observation, prev: Observation | None, value: Any
     ) -> Mark:
         if spec.poll:
-            if prev is not None and prev.nlen >= 0 and self._near(step, prev):
+            if prev is not None and prev.nlen >= 0 and (step.unchanged or self._near(step, prev)):
                 return "waiting"
             return "progress"
         if spec.progress is not None and step.tool in self._last_value:
@@ -595,11 +716,13 @@ class Monitor:
                 return "progress" if changed else "no_progress"
         if step.effect == "write":
             # a write with new arguments moved the world, whatever it returned
+            # (its volatile parts are content: a new commit hash, a new order id)
             if (
                 prev is not None
                 and prev.effect == "write"
                 and prev.nlen >= 0
                 and self._near(step, prev)
+                and not self._names_new(step)
             ):
                 return "no_progress"
             return "progress"
@@ -622,7 +745,10 @@ class Monitor:
                     "limit": limit,
                     "consumed": used,
                     "last_progress_step": self.last_progress_step,
-                    "hint": f"{spec.name} kept reporting the same status; its {kind} budget is used up.",
+                    "hint": (
+                        f"{spec.name} kept answering with the same or almost the same "
+                        f"result; its {kind} budget is used up."
+                    ),
                 }
         return None
 
@@ -634,12 +760,27 @@ class Monitor:
         for o in reversed(self.window):
             if o.tool != step.tool or o.nlen < 0:
                 continue
-            if self._near(step, o):
+            if self._near(step, o) and (o.key == step.key or not self._news(step, o)):
                 return True
             tried += 1
             if tried >= _CANDIDATES:
                 break
         return False
+
+    def _news(self, step: Observation, o: Observation) -> bool:
+        """The result of another call names a timestamp or an id that ``o``'s does not:
+        between different calls volatile parts are content (a converted time, a new id)."""
+        mine = volatile_tokens(step.norm or "")
+        return bool(mine) and not mine <= volatile_tokens(self._hold(o))
+
+    def _names_new(self, step: Observation) -> bool:
+        """A write's result names an identifier the window has not seen (in a result or
+        in arguments): a new commit, a new order."""
+        found = identifiers(step.norm or "")
+        if not found:
+            return False
+        seen = [self._hold(o) + " " + o.args for o in self.window if o.nlen >= 0]
+        return any(not any(name in text for text in seen) for name in found)
 
     def _near(self, a: Observation, b: Observation) -> bool:
         if a.nkey == b.nkey:
@@ -719,12 +860,10 @@ class Monitor:
                 resized = True
         if resized:
             units.fit(window)
-        earlier = last.get(step.key)
-        if earlier is not None and (step.status is CACHED or step.status is CORRECTED):
-            earlier.unchanged = True  # served again: the result did not change
-            earlier._json = None
-        else:
-            last[step.key] = step
+        if last.get(step.key) is None or (
+            step.status is not CACHED and step.status is not CORRECTED
+        ):
+            last[step.key] = step  # the last result of the call (a served one repeats it)
         if step.nlen >= SHORT and not self.pushed & 1 and not self.detectors:
             self._retire()  # a walk of the window (~2 us): after every other long result
 
@@ -767,6 +906,7 @@ class Monitor:
             "np": self.no_progress_run,
             "lp": self.last_progress_step,
             "n": self.pushed,
+            "ver": self.versions,
             "err": {t: list(v) for t, v in self._errors.items()},
             "polls": {k: list(v) for k, v in self._polls.items()},
             "lv": {
@@ -796,6 +936,7 @@ class Monitor:
         self.repeat_key, self.repeat = data["rk"], data["r"]
         self.no_progress_run, self.last_progress_step = data["np"], data["lp"]
         self.pushed, self._memo = data["n"], None
+        self.versions = dict(data.get("ver", {}))  # not in a record written before them
         self._errors = {t: (v[0], v[1]) for t, v in data["err"].items()}
         self._polls = {k: (v[0], v[1]) for k, v in data["polls"].items()}
         self._last_value = dict(data["lv"])
@@ -847,17 +988,28 @@ class Monitor:
         units = _NO_UNITS
         probe = 0
         derive = None
+        vkey: str | None = None
         if text is not None and error is None and status not in (CACHED, CORRECTED):
             try:
-                applied = apply(text, self.normalizers)
+                applied = apply(text, self._cosmetic)
                 if len(text) <= _CAPPED:  # the window keeps the text whole: it rebuilds norm
-                    # with the normalisers only if they changed it (most results: no ids)
-                    derive = () if applied == text else self.normalizers
+                    # with the normalisers only if they changed it (most results)
+                    derive = () if applied == text else self._cosmetic
             except Exception:  # a normaliser that fails: judge the text as it is
                 applied = text
             norm = " ".join(applied.split())
             if norm == text:
                 norm = text  # one string for both
+            if self._volatile:
+                # volatile parts (timestamps, ids) set aside: how the result compares with
+                # the previous one of the same call only (semantics §3)
+                try:
+                    settled = apply(applied, self._volatile)
+                except Exception:
+                    settled = applied
+                if settled != applied:
+                    settled = " ".join(settled.split())
+                    vkey = settled if len(settled) < SHORT else "\x00" + _sha(settled)[:32]
             if len(norm) < SHORT:
                 probe = stable_hash(f"{tool}\x1f{query_shape(args)}\x1f{norm}") or 1
             else:
@@ -886,6 +1038,7 @@ class Monitor:
             probe=probe,
         )
         step._derive = derive
+        step.vkey = vkey
         return step
 
 
@@ -920,6 +1073,7 @@ def _dump_step(o: Observation) -> str:
         o.unchanged,
         base64.b64encode(struct.pack(f"<{len(o.units)}Q", *o.units)).decode(),  # 11 B a unit
         o.probe,
+        o.vkey,
     ]
     try:
         o._json = orjson.dumps(fields).decode()
@@ -936,7 +1090,7 @@ def _valid(value: Any) -> Any:
 
 def _load_step(item: Sequence[Any]) -> Observation:
     (index, tool, key, args_id, effect, status, text, size, norm, nkey, nlen) = item[:11]
-    error, mark, args, duplicate, unchanged, units, probe = item[11:]
+    error, mark, args, duplicate, unchanged, units, probe = item[11:18]
     if args_id is None:
         args_id = key[len(tool) + 1 :]
     step = Observation(
@@ -950,6 +1104,7 @@ def _load_step(item: Sequence[Any]) -> Observation:
     if sys.byteorder == "big":  # _dump_step packs little-endian
         units.byteswap()
     step.units, step.probe = units, probe
+    step.vkey = item[18] if len(item) > 18 else None  # a record written before it was kept
     if nkey is not None:
         step._nkey = nkey
     step.nlen = nlen
@@ -985,6 +1140,23 @@ def _uncount(counts: dict[int, int], items: Any) -> None:
             counts[item] = left
         else:
             del counts[item]
+
+
+def _why(spec: ToolSpec, step: Observation, signals: Mapping[str, Any]) -> str:
+    """Why a step was no progress, in words that claim only what headway observed."""
+    if step.status is CACHED:
+        return "was answered with the stored result of an identical earlier call"
+    if step.status is ERROR:
+        return "failed with the same error as before"
+    if step.effect == "write" and not step.duplicate:
+        return "returned almost the same result as the identical call before it"
+    if "near_duplicate" in signals:
+        return "returned almost the same result as one you already had"
+    if step.duplicate:
+        return "returned what you already had"
+    if spec.progress is not None or spec.progress_fields:
+        return "made no progress by the tool's own progress check"
+    return "made no progress"
 
 
 def _last(prev: Observation | None) -> str:

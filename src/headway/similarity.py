@@ -37,6 +37,48 @@ _SHAPES = bytes(
 _HEX_RUN = "x" * 16
 
 
+_VOLATILE_KIND: set[Normalizer] = set()
+
+
+def volatile(fn: Normalizer) -> Normalizer:
+    """Mark a normaliser as stripping volatile parts (timestamps, ids, hashes): it is
+    applied only when a result is compared with the previous result of the same read with
+    the same arguments. Between other results those parts are content (a new commit hash,
+    a converted time). Normalisers not marked (wrappers, an envelope) apply everywhere."""
+    _VOLATILE_KIND.add(fn)
+    return fn
+
+
+def is_volatile(fn: Normalizer) -> bool:
+    return fn in _VOLATILE_KIND
+
+
+def volatile_tokens(text: str) -> set[str]:
+    """The timestamps, clock times, UUIDs and long hex ids in a text."""
+    return {t for t in _VOLATILE.findall(text) if not (t.isdigit() or t.isalpha())}
+
+
+_ID_LIKE = re.compile(r"[0-9A-Za-z][0-9A-Za-z_-]*[0-9][0-9A-Za-z_-]*")
+_MAX_IDS = 64
+
+
+def identifiers(text: str) -> set[str]:
+    """What in a text may name something: volatile tokens, and words of 3 digits or more
+    or of 7 or more hex digits (an order number, a short commit hash); at most 64."""
+    found = volatile_tokens(text)
+    for token in _ID_LIKE.findall(text):
+        if len(found) >= _MAX_IDS:
+            break
+        digits = sum(ch.isdigit() for ch in token)
+        if digits >= 3 or (len(token) >= 7 and _HEXISH.fullmatch(token)):
+            found.add(token)
+    return found
+
+
+_HEXISH = re.compile(r"[0-9a-f]+")
+
+
+@volatile
 def strip_volatile(text: str) -> str:
     """Replace timestamps, clock times, UUIDs and long hex ids by placeholders."""
     # a text that cannot hold a match is returned as it is: the regex tries each hex digit
