@@ -123,12 +123,8 @@ async def test_files_edited_and_created_outside_the_proxy_are_read_as_they_are_n
 
 # the 3rd identical read of an uncached tool runs, and a changed result is a fresh look:
 # the truthful read repeat of issue 30 item 3 (helper core30's part of the work)
-NEEDS_TRUTHFUL_REPEAT = pytest.mark.xfail(
-    reason="needs the truthful read repeat (issue 30 item 3), merged separately", strict=False
-)
 
 
-@NEEDS_TRUTHFUL_REPEAT
 async def test_identical_listings_that_each_see_a_new_file_are_never_corrected_or_stopped(
     tmp_path: Path, fs: tuple[list[str], Path]
 ) -> None:
@@ -272,7 +268,6 @@ async def test_git_status_and_log_see_edits_and_commits_made_in_a_terminal(
     truthful(clean, dirty, log1, log2)
 
 
-@NEEDS_TRUTHFUL_REPEAT
 async def test_commits_with_the_same_message_are_each_seen_and_never_stopped(
     tmp_path: Path, pyservers: Path
 ) -> None:
@@ -291,11 +286,6 @@ async def test_commits_with_the_same_message_are_each_seen_and_never_stopped(
     assert len({text(r) for r in rounds}) == 5
 
 
-@pytest.mark.xfail(
-    reason="needs shared write epochs per workspace (issue 30 item 6's core), merged "
-    "separately: the proxy passes --workspace to Governor(workspace=)",
-    strict=False,
-)
 async def test_a_write_through_one_server_makes_the_other_servers_cached_reads_stale(
     tmp_path: Path, fs: tuple[list[str], Path]
 ) -> None:
