@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import inspect
 import math
 import queue
@@ -29,6 +30,25 @@ class AttemptTimeout(Exception):  # noqa: N818 - internal signal, never escapes 
         super().__init__(f"no answer within {seconds:g} s")
         self.seconds = seconds
         self.late = late
+
+
+class Aborted(Exception):  # noqa: N818 - internal signal, never escapes the pipeline
+    """An effect ended with a BaseException that is neither an interrupt nor a
+    cancellation (a tool raising GeneratorExit, say). The plan gets this ordinary
+    exception instead: a generator must never have GeneratorExit thrown into it (that
+    closes it half way), and a tool that ended so may have acted."""
+
+    def __init__(self, exc: BaseException) -> None:
+        try:
+            text = str(exc)
+        except Exception:
+            text = "message unavailable"
+        super().__init__(f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
+        self.exc = exc
+
+
+# what an effect's failure is handed to the plan as it is; any other BaseException is Aborted
+_PASSED = (Exception, KeyboardInterrupt, SystemExit, asyncio.CancelledError)
 
 
 class Blocking(NamedTuple):
@@ -275,7 +295,7 @@ def drive_sync(plan: Plan[T], sleep: Callable[[float], None] = time.sleep) -> T:
             else:
                 send = effect.future.result(timeout=effect.timeout)
         except BaseException as exc:
-            error = exc
+            error = exc if isinstance(exc, _PASSED) else Aborted(exc)
 
 
 async def _attempt_async(e: Attempt) -> Any:
@@ -283,7 +303,11 @@ async def _attempt_async(e: Attempt) -> Any:
         # cancelled on timeout (asyncio.timeout's rule, one timer per loop: ``_deadlines``)
         due = None if e.timeout is None else Deadline(e.timeout)
         try:
-            value = await e.fn(**e.kwargs)
+            value = await (e.fn(**e.kwargs) if due is None else _Bounded(e.fn(**e.kwargs), due))
+        except _Abandoned as gone:
+            assert due is not None
+            due.end(asyncio.CancelledError())  # the cancellation was ours: take it back
+            raise AttemptTimeout(e.timeout or 0.0, gone.late) from None
         except BaseException as exc:
             if (due is not None and due.end(exc)) or isinstance(exc, TimeoutError):
                 raise AttemptTimeout(e.timeout or 0.0) from None
@@ -309,6 +333,106 @@ async def _attempt_async(e: Attempt) -> Any:
 
 
 QUICK_S = 0.0001  # how long an event loop waits for a sync tool before awaiting it
+
+
+class _Abandoned(Exception):  # noqa: N818 - internal signal
+    """An async attempt caught the cancellation of its timeout and ran on: it goes on in a
+    task of its own; ``late`` completes with its outcome."""
+
+    def __init__(self, late: concurrent.futures.Future[Any]) -> None:
+        super().__init__("abandoned")
+        self.late = late
+
+
+class _Bounded:
+    """Awaits an async tool as ``await`` would (in the caller's task: no task of its own),
+    except that a tool that catches the cancellation of its timeout and keeps running is
+    not waited for: it is abandoned to a task of its own (``_run_on``), as a sync tool is
+    to its thread, and the attempt ends at its timeout."""
+
+    __slots__ = ("_due", "_it")
+
+    def __init__(self, awaitable: Any, due: Deadline) -> None:
+        self._it = awaitable.__await__()
+        self._due = due
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        it, due = self._it, self._due
+        sent: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                step = it.send(sent) if error is None else it.throw(error)
+            except StopIteration as done:
+                return done.value
+            if error is not None and due.expired and isinstance(error, asyncio.CancelledError):
+                raise _Abandoned(_run_on(it, step))  # it swallowed its timeout and runs on
+            try:
+                sent, error = (yield step), None
+            except GeneratorExit:  # our own caller is being closed: so is the tool
+                it.close()
+                raise
+            except BaseException as exc:
+                sent, error = None, exc
+
+
+# abandoned async attempts still running: the event loop keeps only weak references to tasks
+_running: set[asyncio.Task[Any]] = set()
+
+
+def _run_on(it: Any, step: Any) -> concurrent.futures.Future[Any]:
+    """Go on driving an abandoned attempt (``it`` has just yielded ``step``) in a task of
+    its own; a Future of its outcome."""
+    late: concurrent.futures.Future[Any] = concurrent.futures.Future()
+    late.set_running_or_notify_cancel()
+    task = asyncio.get_running_loop().create_task(_resumed(it, step))
+    _running.add(task)
+    task.add_done_callback(lambda t: _landed(late, t))
+    return late
+
+
+async def _resumed(it: Any, step: Any) -> Any:
+    return await _Resumed(it, step)
+
+
+class _Resumed:
+    """The rest of an abandoned attempt. Cancelled again (its loop is closing, say), it
+    gets one more chance to stop; if it swallows that too, it is closed, so that no loop
+    ever waits for it forever."""
+
+    __slots__ = ("_it", "_step")
+
+    def __init__(self, it: Any, step: Any) -> None:
+        self._it, self._step = it, step
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        it, step = self._it, self._step
+        while True:
+            try:
+                sent, error = (yield step), None
+            except GeneratorExit:
+                it.close()
+                raise
+            except BaseException as exc:
+                sent, error = None, exc
+            try:
+                step = it.send(sent) if error is None else it.throw(error)
+            except StopIteration as done:
+                return done.value
+            if isinstance(error, asyncio.CancelledError):
+                with contextlib.suppress(Exception):
+                    it.close()  # GeneratorExit at its await: it stops, or is dropped
+                raise error
+
+
+def _landed(late: concurrent.futures.Future[Any], task: asyncio.Task[Any]) -> None:
+    _running.discard(task)
+    if task.cancelled():
+        late.set_exception(asyncio.CancelledError())
+    elif (error := task.exception()) is not None:
+        late.set_exception(error)
+    else:
+        late.set_result(task.result())
 
 
 class _Waiter:
@@ -401,7 +525,7 @@ async def drive_async(plan: Plan[T], sleep: Callable[[float], Any] = asyncio.sle
             else:
                 send = await asyncio.wait_for(asyncio.wrap_future(effect.future), effect.timeout)
         except BaseException as exc:
-            error = exc
+            error = exc if isinstance(exc, _PASSED) else Aborted(exc)
 
 
 class Flights:
