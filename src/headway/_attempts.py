@@ -60,6 +60,17 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
     # when a retry is due)
     bound = _deadline(gov, policy) if spec.timeout is not None else None
     start = gov.timer() if c.began is None else c.began  # a reconcile may have begun it
+    whole = bound if spec.timeout is not None else policy.deadline_s
+    if c.began is not None and whole is not None and gov.timer() - start >= whole:
+        c.status, c.value = ERROR, None
+        c.error = error_info(
+            "deadline_reached",
+            "the call's deadline was spent finding out what an earlier attempt did; "
+            f"{spec.name} was not run",
+            retryable=True,
+            hint="Call it again with the same arguments: it has not run.",
+        )
+        return
     while True:
         # a retry never starts on a claim that may have expired: renew it first
         if c.held is not None and c.attempts and not (yield from _renewed(gov, c)):
@@ -82,9 +93,7 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
                 _circuit_open(c, retry_after)
                 return
             probe = decision == "probe"
-        timeout = _timeout(
-            gov, spec, bound if spec.timeout is not None else policy.deadline_s, start
-        )
+        timeout = _timeout(gov, spec, whole, start)
         c.attempts += 1
         try:
             c.value = yield _effect(Attempt, (c.fn, c.args, timeout, c.fn_async))

@@ -566,7 +566,7 @@ class Writes:
             try:
                 answer = yield reconcile_attempt(gov, c, c.spec.reconcile, key)
             except AttemptTimeout as exc:
-                self._still_unknown(c, f"reconcile gave no answer within {exc.seconds:g} s")
+                self._still_unknown(c, f"reconcile gave no answer within {exc.seconds:.3g} s")
                 return ("unknown", None)
             except Exception as exc:
                 name = type(exc.exc if isinstance(exc, Aborted) else exc).__name__
