@@ -14,7 +14,7 @@ import pytest
 
 import headway
 from conftest import POSTGRES_URL, REDIS_URL, err, make_store, present
-from faults import Ledger, run_schedules, worker
+from faults import Ledger, run_lost_answers, run_schedules, worker
 from headway import Status
 from headway.retry import RetryAfter
 from headway.testing import FakeClock, ScriptedTool
@@ -1055,6 +1055,37 @@ def test_randomized_schedules_with_late_effects_skewed_clocks_and_lost_records(
         "schedules": 250,
         "duplicates": 0,
         "lost": 0,
+        "unresolved": 0,
+        "charged_not_acknowledged": 0,
+    }
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "memory",
+        "sqlite",
+        pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("postgres", marks=pytest.mark.postgres),
+    ],
+)
+def test_randomized_schedules_where_writes_act_then_lose_their_answer(
+    kind: str, tmp_path: Path
+) -> None:
+    """200 orders per store, keyed and unkeyed, each under one fault: the tool charges and
+    then its connection is reset, its pipe breaks, its stream ends, its answer is cut
+    short, or it is refused before acting; two workers retry each until acknowledged.
+    0 duplicates, 0 lost acknowledged results, every key COMPLETED in the end."""
+    store = make_store(kind, tmp_path)
+    try:
+        counts = run_lost_answers(store, 200, seed=sum(map(ord, kind)) + 31)
+    finally:
+        store.close()
+    assert counts == {
+        "schedules": 200,
+        "duplicates": 0,
+        "lost": 0,
+        "keys_not_completed": 0,
         "unresolved": 0,
         "charged_not_acknowledged": 0,
     }
