@@ -63,7 +63,7 @@ async def test_a_restarted_upstream_meets_a_handshake_era_client_again(tmp_path:
             after = await client.call_tool("lookup", {"key": "after"})
             (about,) = await client.read_resource("info://about")  # passed through, too
     assert text(first) == "value of before"
-    assert crashed.is_error and "connection closed" in text(crashed)
+    assert crashed.is_error and status(crashed) == "unknown"  # it may have acted: not rerun
     assert text(after) == "value of after" and status(after) == "executed"
     assert getattr(about, "text", None) == "the upstream test server"
 

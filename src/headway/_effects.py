@@ -8,8 +8,8 @@ it (blocking in ``Session.call``, awaiting in ``Session.acall``) and sends the r
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
-import contextlib
 import inspect
 import math
 import queue
@@ -304,10 +304,6 @@ async def _attempt_async(e: Attempt) -> Any:
         due = None if e.timeout is None else Deadline(e.timeout)
         try:
             value = await (e.fn(**e.kwargs) if due is None else _Bounded(e.fn(**e.kwargs), due))
-        except _Abandoned as gone:
-            assert due is not None
-            due.end(asyncio.CancelledError())  # the cancellation was ours: take it back
-            raise AttemptTimeout(e.timeout or 0.0, gone.late) from None
         except BaseException as exc:
             if (due is not None and due.end(exc)) or isinstance(exc, TimeoutError):
                 raise AttemptTimeout(e.timeout or 0.0) from None
@@ -335,20 +331,17 @@ async def _attempt_async(e: Attempt) -> Any:
 QUICK_S = 0.0001  # how long an event loop waits for a sync tool before awaiting it
 
 
-class _Abandoned(Exception):  # noqa: N818 - internal signal
-    """An async attempt caught the cancellation of its timeout and ran on: it goes on in a
-    task of its own; ``late`` completes with its outcome."""
-
-    def __init__(self, late: concurrent.futures.Future[Any]) -> None:
-        super().__init__("abandoned")
-        self.late = late
+CANCEL_GRACE_S = 0.25  # how long an async tool may run on after its timeout's cancellation
 
 
 class _Bounded:
-    """Awaits an async tool as ``await`` would (in the caller's task: no task of its own),
-    except that a tool that catches the cancellation of its timeout and keeps running is
-    not waited for: it is abandoned to a task of its own (``_run_on``), as a sync tool is
-    to its thread, and the attempt ends at its timeout."""
+    """Awaits an async tool as ``await`` would, in the caller's task (no task of its own:
+    one per call would cost more than the rest of a call), except that a tool still
+    running after the cancellation of its timeout, by CANCEL_GRACE_S, is closed (a
+    GeneratorExit where it waits; it cannot catch that as it did the cancellation) and
+    the attempt ends as the timeout it is. The grace lets a tool finish what it does on
+    cancellation (tell its server, close a connection). A coroutine is never resumed in
+    another task: its cancel scopes (anyio) and context tokens belong to this one."""
 
     __slots__ = ("_due", "_it")
 
@@ -358,81 +351,49 @@ class _Bounded:
 
     def __await__(self) -> Generator[Any, Any, Any]:
         it, due = self._it, self._due
+        grace: Deadline | None = None
         sent: Any = None
         error: BaseException | None = None
-        while True:
-            try:
-                step = it.send(sent) if error is None else it.throw(error)
-            except StopIteration as done:
-                return done.value
-            if error is not None and due.expired and isinstance(error, asyncio.CancelledError):
-                raise _Abandoned(_run_on(it, step))  # it swallowed its timeout and runs on
-            try:
-                sent, error = (yield step), None
-            except GeneratorExit:  # our own caller is being closed: so is the tool
-                it.close()
-                raise
-            except BaseException as exc:
-                sent, error = None, exc
+        try:
+            while True:
+                if grace is not None and grace.expired and isinstance(error, CancelledError):
+                    _close(it)  # it ran on past its grace: it ends here
+                    raise error
+                try:
+                    step = it.send(sent) if error is None else it.throw(error)
+                except StopIteration as done:
+                    return done.value
+                if grace is None and due.expired and isinstance(error, CancelledError):
+                    grace = Deadline(CANCEL_GRACE_S)  # it runs on after its cancellation
+                try:
+                    sent, error = (yield step), None
+                except GeneratorExit:  # our own caller is being closed: so is the tool
+                    it.close()
+                    raise
+                except BaseException as exc:
+                    sent, error = None, exc
+        finally:
+            if grace is not None:
+                grace.end(None)  # its cancellation, if it came, is taken back
 
 
-# abandoned async attempts still running: the event loop keeps only weak references to tasks
-_running: set[asyncio.Task[Any]] = set()
+CancelledError = asyncio.CancelledError
+_stuck: collections.deque[Any] = collections.deque(maxlen=64)
 
 
-def _run_on(it: Any, step: Any) -> concurrent.futures.Future[Any]:
-    """Go on driving an abandoned attempt (``it`` has just yielded ``step``) in a task of
-    its own; a Future of its outcome."""
-    late: concurrent.futures.Future[Any] = concurrent.futures.Future()
-    late.set_running_or_notify_cancel()
-    task = asyncio.get_running_loop().create_task(_resumed(it, step))
-    _running.add(task)
-    task.add_done_callback(lambda t: _landed(late, t))
-    return late
-
-
-async def _resumed(it: Any, step: Any) -> Any:
-    return await _Resumed(it, step)
-
-
-class _Resumed:
-    """The rest of an abandoned attempt. Cancelled again (its loop is closing, say), it
-    gets one more chance to stop; if it swallows that too, it is closed, so that no loop
-    ever waits for it forever."""
-
-    __slots__ = ("_it", "_step")
-
-    def __init__(self, it: Any, step: Any) -> None:
-        self._it, self._step = it, step
-
-    def __await__(self) -> Generator[Any, Any, Any]:
-        it, step = self._it, self._step
-        while True:
-            try:
-                sent, error = (yield step), None
-            except GeneratorExit:
-                it.close()
-                raise
-            except BaseException as exc:
-                sent, error = None, exc
-            try:
-                step = it.send(sent) if error is None else it.throw(error)
-            except StopIteration as done:
-                return done.value
-            if isinstance(error, asyncio.CancelledError):
-                with contextlib.suppress(Exception):
-                    it.close()  # GeneratorExit at its await: it stops, or is dropped
-                raise error
-
-
-def _landed(late: concurrent.futures.Future[Any], task: asyncio.Task[Any]) -> None:
-    _running.discard(task)
-    if task.cancelled():
-        late.set_exception(asyncio.CancelledError())
-    elif (error := task.exception()) is not None:
-        late.set_exception(error)
-    else:
-        late.set_result(task.result())
+def _close(it: Any) -> None:
+    """Close an async tool that ignored its cancellation. One that waits again while
+    closing is closed again, a few times; one that still runs on is kept (never resumed)
+    so that it is not closed again, noisily, when collected."""
+    for _ in range(3):
+        try:
+            it.close()
+        except RuntimeError:  # it awaited something while closing: at that await, again
+            continue
+        except Exception:  # its cleanup failed: it has ended
+            return
+        return
+    _stuck.append(it)
 
 
 class _Waiter:

@@ -569,8 +569,10 @@ class Writes:
                 self._still_unknown(c, f"reconcile gave no answer within {exc.seconds:.3g} s")
                 return ("unknown", None)
             except Exception as exc:
-                name = type(exc.exc if isinstance(exc, Aborted) else exc).__name__
-                self._still_unknown(c, f"reconcile failed: {name}: {describe(exc)}")
+                failure = exc.exc if isinstance(exc, Aborted) else exc
+                self._still_unknown(
+                    c, f"reconcile failed: {type(failure).__name__}: {describe(failure)}"
+                )
                 return ("unknown", None)
             found = None if answer is None else ("reconciled", answer)
         else:
