@@ -84,7 +84,16 @@ class FlakyStore:
         self.inner.close()
 
 
-FAULTS = ["none", "none", "none", "raise_before", "timeout_before", "timeout_after", "store_errors"]
+FAULTS = [
+    "none",
+    "none",
+    "none",
+    "raise_before",
+    "timeout_before",
+    "timeout_after",
+    "lost_after",
+    "store_errors",
+]
 
 
 def payment_governor(
@@ -101,6 +110,8 @@ def payment_governor(
         result = ledger.charge(order, amount)
         if fault == "timeout_after":
             raise TimeoutError("gateway timeout after the charge")
+        if fault == "lost_after":
+            raise ConnectionResetError(104, "Connection reset by peer (after the charge)")
         if fault == "crash_after" and crash:
             os._exit(17)  # killed between the side effect and recording its result
         return result
@@ -202,9 +213,9 @@ def schedule_worker(
             fresh = order not in first
             first.add(order)
         if fresh and fault == "raise_before":
-            raise ConnectionError("reset before the request was sent")
+            raise ConnectionRefusedError("refused: the request was never sent")
         if fresh and fault == "retry_near_lease":
-            raise ConnectionError("503 with Retry-After near the lease")
+            raise ConnectionRefusedError("overloaded, Retry-After near the lease")
         if fresh and fault in ("late", "late_fail"):
             time.sleep(0.06)  # past its 30 ms timeout: it acts after its caller gave up
             row = ledger.charge(order)
@@ -282,6 +293,125 @@ def run_schedules(store: headway.Store, n: int, seed: int, threads: int = 24) ->
         "schedules": n,
         "duplicates": duplicates,
         "lost": lost,
+        "unresolved": len(unresolved),
+        "charged_not_acknowledged": len(set(ledger.charges) - set(acks)),
+    }
+
+
+# -- "acts then loses its answer" (issue 31): the tool acts, then its connection is lost --
+
+
+LOST_FAULTS = [
+    "none",
+    "reset_after",
+    "pipe_after",
+    "eof_after",
+    "incomplete_after",
+    "disconnected_after",
+    "refused_before",
+]
+
+
+def _lost_answer(fault: str) -> BaseException:
+    import http.client
+
+    return {
+        "reset_after": ConnectionResetError(104, "Connection reset by peer"),
+        "pipe_after": BrokenPipeError(32, "Broken pipe"),
+        "eof_after": EOFError("the upstream's stream ended"),
+        "incomplete_after": http.client.IncompleteRead(b'{"charge', 40),
+        "disconnected_after": http.client.RemoteDisconnected("closed without response"),
+    }[fault]
+
+
+def lost_answer_worker(
+    store: headway.Store, ledger: MemoryLedger, faults: dict[str, str], first: set[str]
+) -> headway.Governor:
+    """A worker whose tool acts and then loses its answer (or is refused before acting)
+    on the first attempt of each order, and retries up to 3 times when it may."""
+    gov = headway.Governor(store=store, audit=[], lease_s=3.0, in_progress_wait_s=0.05)
+    lock = threading.Lock()
+
+    def pay(order: str) -> dict[str, Any]:
+        fault = faults.get(order, "none")
+        with lock:
+            fresh = order not in first
+            first.add(order)
+        if fresh and fault == "refused_before":
+            raise ConnectionRefusedError(111, "Connection refused")
+        row = ledger.charge(order)
+        if fresh and fault != "none":
+            raise _lost_answer(fault)
+        return row
+
+    gov.register(
+        "pay",
+        pay,
+        effect="write",
+        breaker=False,
+        retry=headway.Retry(attempts=3, initial_s=0.0, jitter=False),
+        reconcile=lambda key, args: ledger.lookup(args["order"]),
+    )
+    return gov
+
+
+def run_lost_answers(store: headway.Store, n: int, seed: int, threads: int = 16) -> dict[str, Any]:
+    """Drive ``n`` orders (half keyed, half unkeyed in one session each), each under one
+    "acts then loses its answer" fault, through two workers sharing ``store``, until each
+    is acknowledged. Returns the counts: duplicates, lost acknowledged results, keys left
+    in a state other than COMPLETED, and unresolved orders must all be 0."""
+    rnd = random.Random(seed)
+    orders = [f"l{seed}-{i}" for i in range(n)]
+    faults = {o: rnd.choice(LOST_FAULTS) for o in orders}
+    keyed = {o: rnd.random() < 0.5 for o in orders}
+    ledger = MemoryLedger()
+    first: set[str] = set()
+    workers = [lost_answer_worker(store, ledger, faults, first) for _ in range(2)]
+    acks: dict[str, list[Any]] = {}
+    unresolved: list[str] = []
+    lock = threading.Lock()
+
+    def drive(order: str, r: random.Random) -> None:
+        # an unkeyed write is retried in its session: a retry of the UNKNOWN one (§5.4)
+        unkeyed = workers[r.randrange(2)].session(f"{order}-unkeyed")
+        for attempt in range(100):
+            if keyed[order]:
+                s = workers[r.randrange(2)].session(f"{order}-{attempt}")
+                o = s.call("pay", {"order": order}, idempotency_key=order)
+            else:
+                o = unkeyed.call("pay", {"order": order})
+            if o.status in (headway.Status.EXECUTED, headway.Status.REPLAYED):
+                with lock:
+                    acks.setdefault(order, []).append(o.value)
+                return
+            time.sleep(0.002)
+        with lock:
+            unresolved.append(order)
+
+    def shard(part: list[str], r: random.Random) -> None:
+        for order in part:
+            drive(order, r)
+
+    pool = [
+        threading.Thread(target=shard, args=(orders[t::threads], random.Random(seed * 100 + t)))
+        for t in range(threads)
+    ]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    left = 0
+    for order in orders:
+        if keyed[order]:
+            record = store.get(workers[0].idempotency_record_key(order))
+            left += record is None or record.get("state") != "completed"
+    return {
+        "schedules": n,
+        "duplicates": sum(1 for rows in ledger.charges.values() if len(rows) > 1),
+        "lost": sum(
+            1 for o, results in acks.items() if any(v != ledger.lookup(o) for v in results)
+        ),
+        "keys_not_completed": left,
         "unresolved": len(unresolved),
         "charged_not_acknowledged": len(set(ledger.charges) - set(acks)),
     }

@@ -14,7 +14,7 @@ import pytest
 
 import headway
 from conftest import POSTGRES_URL, REDIS_URL, err, make_store, present
-from faults import Ledger, run_schedules, worker
+from faults import Ledger, run_lost_answers, run_schedules, worker
 from headway import Status
 from headway.retry import RetryAfter
 from headway.testing import FakeClock, ScriptedTool
@@ -725,8 +725,9 @@ def test_a_retry_waiting_past_the_lease_keeps_its_claim(
     store: headway.Store, ledger: Ledger
 ) -> None:
     """A Retry-After longer than the lease: the owner renews its claim while it waits, so
-    no other worker takes the key over, and the retry's one charge is the only one."""
-    fails = [ConnectionError("503")]
+    no other worker takes the key over, and the retry's one charge is the only one. (The
+    failure is a refused connection: one known to come before the write could act.)"""
+    fails = [ConnectionRefusedError("overloaded")]
 
     def pay(order: str) -> dict[str, Any]:
         if fails:
@@ -817,15 +818,24 @@ def test_a_result_that_is_not_json_is_recorded_in_its_tagged_form_and_replayed(
 def test_a_result_with_no_json_form_settles_the_key_and_says_so(
     store: headway.Store, clock: FakeClock
 ) -> None:
-    tool = ScriptedTool([{1: object()}])
+    """The caller that ran it gets its result; a later call with the key never runs it
+    again and never replays a stand-in (None): a structured error says it took effect."""
+    result = {1: object()}
+    tool = ScriptedTool([result])
     gov = gov_for(store, clock)
     gov.register("pay", tool, effect="write")
     s = gov.session("r")
     first = s.call("pay", {"o": 1}, idempotency_key="k")
-    assert first.status is Status.EXECUTED
-    again = s.call("pay", {"o": 1}, idempotency_key="k")
-    assert again.status is Status.REPLAYED and again.value is None and tool.count == 1
-    assert "result_not_recordable" in gov.audit_records("r")[-1]["flags"]
+    assert first.status is Status.EXECUTED and first.value is result
+    again = gov.session("r2").call("pay", {"o": 1}, idempotency_key="k")
+    assert again.status is Status.ERROR and again.value is None and tool.count == 1
+    assert again.error is not None and again.error["code"] == "unrecordable_result"
+    assert not again.executed and again.error["retryable"] is False
+    text = again.to_model()
+    assert "already ran" in text and "not run again" in text and "Do not repeat" in text
+    assert "Retrying may help" not in text
+    assert "result_not_recordable" in gov.audit_records("r2")[-1]["flags"]
+    assert gov.audit_records("r2")[-1]["idempotency_state"] == "completed"
     assert clock.sleeps == []  # no busy loop, no waiting
 
 
@@ -1050,6 +1060,37 @@ def test_randomized_schedules_with_late_effects_skewed_clocks_and_lost_records(
         "schedules": 250,
         "duplicates": 0,
         "lost": 0,
+        "unresolved": 0,
+        "charged_not_acknowledged": 0,
+    }
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "memory",
+        "sqlite",
+        pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("postgres", marks=pytest.mark.postgres),
+    ],
+)
+def test_randomized_schedules_where_writes_act_then_lose_their_answer(
+    kind: str, tmp_path: Path
+) -> None:
+    """200 orders per store, keyed and unkeyed, each under one fault: the tool charges and
+    then its connection is reset, its pipe breaks, its stream ends, its answer is cut
+    short, or it is refused before acting; two workers retry each until acknowledged.
+    0 duplicates, 0 lost acknowledged results, every key COMPLETED in the end."""
+    store = make_store(kind, tmp_path)
+    try:
+        counts = run_lost_answers(store, 200, seed=sum(map(ord, kind)) + 31)
+    finally:
+        store.close()
+    assert counts == {
+        "schedules": 200,
+        "duplicates": 0,
+        "lost": 0,
+        "keys_not_completed": 0,
         "unresolved": 0,
         "charged_not_acknowledged": 0,
     }

@@ -597,7 +597,7 @@ def test_an_mcp_server_without_a_failure_function_raises_as_without_headway() ->
 
     class Down(FakeMCPServer):
         async def call_tool(self, tool_name: str, arguments: Any, meta: Any = None) -> Any:
-            raise ConnectionError("ticket database unreachable")
+            raise ConnectionRefusedError("ticket database unreachable")  # nothing sent
 
     gov, server = headway.Governor(), Down(failure_error_function=None)
     model = turns(("file_ticket", {"q": "printer jam"}))

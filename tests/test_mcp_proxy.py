@@ -525,9 +525,10 @@ async def test_an_upstream_crash_is_a_clear_tool_error_and_the_proxy_keeps_servi
 ) -> None:
     async with asyncio.timeout(BOUND_S):
         crashed = await mcp("crash", {})
-    # a write whose upstream exited mid-call may have acted: unknown, never "retry"
+    # the write may have acted before its upstream died: UNKNOWN, never run again
     assert crashed.is_error and status(crashed) == "unknown"
-    assert "unknown" in text(crashed) and "retrying may help" not in text(crashed).lower()
+    assert "is unknown" in text(crashed) and "Do not repeat" in text(crashed)
+    assert mcp.executions("crash") == 1
     async with asyncio.timeout(BOUND_S):  # a stdio upstream is started again
         after = await mcp("lookup", {"key": "k-after-crash"})
     assert text(after) == "value of k-after-crash"

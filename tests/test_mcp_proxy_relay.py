@@ -63,7 +63,7 @@ async def test_a_restarted_upstream_meets_a_handshake_era_client_again(tmp_path:
             after = await client.call_tool("lookup", {"key": "after"})
             (about,) = await client.read_resource("info://about")  # passed through, too
     assert text(first) == "value of before"
-    assert crashed.is_error and "outcome of crash is unknown" in text(crashed)
+    assert crashed.is_error and status(crashed) == "unknown"  # it may have acted: not rerun
     assert text(after) == "value of after" and status(after) == "executed"
     assert getattr(about, "text", None) == "the upstream test server"
 
@@ -381,7 +381,7 @@ def test_an_upstream_lost_after_the_request_was_sent_is_told_from_one_never_reac
     from mcp.shared.exceptions import MCPError
     from mcp_types import CONNECTION_CLOSED
 
-    from headway._mcp_calls import UpstreamError, UpstreamLostError, _lost
+    from headway._mcp_calls import UpstreamLostError, UpstreamUnreachableError, _lost
 
     def chained(outer: BaseException, inner: BaseException) -> BaseException:
         outer.__cause__ = inner
@@ -390,9 +390,21 @@ def test_an_upstream_lost_after_the_request_was_sent_is_told_from_one_never_reac
     assert _lost(UpstreamLostError("connection closed: the upstream exited"))
     assert _lost(chained(RuntimeError("x"), MCPError(CONNECTION_CLOSED, "connection closed")))
     assert _lost(chained(RuntimeError("x"), ConnectionResetError()))
-    assert not _lost(chained(UpstreamError("connection closed"), BrokenPipeError()))
+    assert not _lost(chained(UpstreamUnreachableError("connection closed"), BrokenPipeError()))
     assert not _lost(chained(RuntimeError("x"), ConnectionRefusedError()))
     assert not _lost(FileNotFoundError("no-such-server"))
+
+
+def test_the_classifier_releases_an_unreached_upstream_and_holds_a_lost_one() -> None:
+    """A request that never reached the upstream ran nothing: a write's key is released
+    for a retry. One lost after it was sent may have run: a write is UNKNOWN."""
+    from headway._mcp_calls import UpstreamLostError, UpstreamUnreachableError
+    from headway.retry import before_effect, connection_lost
+
+    assert before_effect(UpstreamUnreachableError("connection closed: exited"))
+    assert not connection_lost(UpstreamUnreachableError("connection closed: exited"))
+    assert connection_lost(UpstreamLostError("connection closed: exited"))
+    assert not before_effect(UpstreamLostError("connection closed: exited"))
 
 
 async def test_a_keyed_write_whose_upstream_exits_mid_call_is_unknown_and_never_run_again(

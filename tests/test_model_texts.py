@@ -47,7 +47,8 @@ def test_an_error_after_exhausted_retries_does_not_say_retrying_may_help(
 
 
 def test_a_single_retryable_failure_still_says_retrying_may_help(gov: headway.Governor) -> None:
-    gov.register("post", ScriptedTool([ConnectionError("reset")]), effect="write")
+    """A write whose connection was refused never acted: trying again may help."""
+    gov.register("post", ScriptedTool([ConnectionRefusedError("refused")]), effect="write")
     out = gov.session("r").call("post", {"n": 1})
     assert out.attempts == 1 and "Retrying may help" in out.to_model()
 

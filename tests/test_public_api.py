@@ -6,6 +6,7 @@ def test_all_is_pinned_and_sorted() -> None:
     style = sorted(headway.__all__, key=lambda n: (not n.isupper(), not n[:1].isupper(), n))
     assert headway.__all__ == style
     assert set(headway.__all__) == {
+        "BEFORE_EFFECT",
         "NON_RETRYABLE",
         "RETRYABLE",
         "ArgumentError",

@@ -178,12 +178,17 @@ def test_an_unkeyed_write_timing_out_is_not_retried_and_unknown() -> None:
 
 
 def test_idempotent_write_is_retried_on_transient_errors(gov: headway.Governor) -> None:
-    tool = flaky(1, ConnectionError("reset"))
+    """A failure known to come before the write acted (a refused connection) is retried
+    for an idempotent write, not for a plain one; a lost connection is never retried."""
+    tool = flaky(1, ConnectionRefusedError("refused"))
     gov.register("put", tool, effect="write", idempotent=True)
     assert gov.session("r").call("put", {"k": 1}).status is Status.EXECUTED and tool.count == 2
-    other = flaky(1, ConnectionError("reset"))
+    other = flaky(1, ConnectionRefusedError("refused"))
     gov.register("post", other, effect="write")
     assert gov.session("r2").call("post", {"k": 1}).status is Status.ERROR and other.count == 1
+    lost = flaky(1, ConnectionResetError("reset"))
+    gov.register("put2", lost, effect="write", idempotent=True)
+    assert gov.session("r3").call("put2", {"k": 1}).status is Status.UNKNOWN and lost.count == 1
 
 
 def test_default_classifier() -> None:

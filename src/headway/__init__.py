@@ -26,12 +26,21 @@ from .errors import (
     StoreError,
 )
 from .outcome import Outcome, Status
-from .retry import NON_RETRYABLE, RETRYABLE, Classifier, Retry, RetryAfter, set_testing
+from .retry import (
+    BEFORE_EFFECT,
+    NON_RETRYABLE,
+    RETRYABLE,
+    Classifier,
+    Retry,
+    RetryAfter,
+    set_testing,
+)
 from .stores import MemoryStore, SQLiteStore, Store, open_store
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "BEFORE_EFFECT",
     "NON_RETRYABLE",
     "RETRYABLE",
     "ArgumentError",

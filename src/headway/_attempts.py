@@ -3,24 +3,27 @@ the circuit breaker around each attempt. Like the pipeline, it only yields effec
 
 from __future__ import annotations
 
+import functools
+import inspect
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from . import breaker as brk
 from ._call import Call, describe, result_text
-from ._effects import Attempt, AttemptTimeout, Blocking, Plan, Sleep
+from ._effects import Aborted, Attempt, AttemptTimeout, Blocking, Plan, Sleep
 from ._spec import ToolSpec
 from .outcome import ERROR, EXECUTED, FALLBACK, UNKNOWN, error_info
 from .retry import (
+    BEFORE_EFFECT,
     DEFAULT_RETRY,
     NO_RETRY,
     NON_RETRYABLE,
     RETRYABLE,
     Classification,
     Retry,
+    connection_lost,
     default_classify,
-    lost_connection,
 )
 
 if TYPE_CHECKING:
@@ -56,7 +59,18 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
     # the whole call's bound, the same for every attempt (an inline tool needs it only
     # when a retry is due)
     bound = _deadline(gov, policy) if spec.timeout is not None else None
-    start = gov.timer()
+    start = gov.timer() if c.began is None else c.began  # a reconcile may have begun it
+    whole = bound if spec.timeout is not None else policy.deadline_s
+    if c.began is not None and whole is not None and gov.timer() - start >= whole:
+        c.status, c.value = ERROR, None
+        c.error = error_info(
+            "deadline_reached",
+            "the call's deadline was spent finding out what an earlier attempt did; "
+            f"{spec.name} was not run",
+            retryable=True,
+            hint="Call it again with the same arguments: it has not run.",
+        )
+        return
     while True:
         # a retry never starts on a claim that may have expired: renew it first
         if c.held is not None and c.attempts and not (yield from _renewed(gov, c)):
@@ -79,12 +93,7 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
                 _circuit_open(c, retry_after)
                 return
             probe = decision == "probe"
-        timeout = spec.timeout
-        # a tool without a timeout runs inline: only its retry policy's deadline cuts it
-        deadline = bound if timeout is not None else policy.deadline_s
-        if deadline is not None:
-            left = max(deadline - (gov.timer() - start), 0.001)
-            timeout = left if timeout is None else min(timeout, left)
+        timeout = _timeout(gov, spec, whole, start)
         c.attempts += 1
         try:
             c.value = yield _effect(Attempt, (c.fn, c.args, timeout, c.fn_async))
@@ -126,18 +135,11 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
                     gov, spec, b, lambda s, n=now, p=probe: (brk.record(b, s, False, p, n), None)
                 )
         c.value = None
-        if c.effect == "write" and (timed_out or lost_connection(failure)):
-            # the remote may have acted (a timeout, a connection lost after the request
-            # went out): never retried blindly, reconciled on next use
-            c.status = UNKNOWN
-            c.error = error_info(
-                "timeout" if timed_out else "connection_lost",
-                describe(failure),
-                retryable=False,
-                hint="Do not repeat this call.",
-            )
+        if c.effect == "write" and (timed_out or _may_have_acted(failure, verdict)):
+            # the remote may have acted: never retried blindly, reconciled on next use
+            _unknown(c, failure, timed_out)
             return
-        _fail(c, failure, verdict, timed_out)
+        _fail(c, _unwrapped(failure), verdict, timed_out)
         elapsed = gov.timer() - start
         delay = policy.next_delay(c.attempts, verdict, elapsed, gov.rng)
         if delay is None:
@@ -159,6 +161,63 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
                 c.flag(f"on_retry_failed: {describe(exc)}"[:200])
         if delay > 0:
             yield Sleep(delay)
+
+
+def _timeout(gov: Governor, spec: ToolSpec, deadline: float | None, start: float) -> float | None:
+    """An attempt's timeout: the tool's own, within what is left of ``deadline`` (a tool
+    without a timeout runs inline: only its retry policy's deadline cuts it)."""
+    timeout = spec.timeout
+    if deadline is not None:
+        left = max(deadline - (gov.timer() - start), 0.001)
+        timeout = left if timeout is None else min(timeout, left)
+    return timeout
+
+
+def reconcile_attempt(gov: Governor, c: Call, fn: Callable[..., Any], key: str) -> Attempt:
+    """The call of the tool's reconcile function (semantics §7): it has the tool's
+    per-attempt timeout, within the call's deadline, which starts counting here (an
+    execution it allows gets what is left)."""
+    spec = c.spec
+    if c.began is None:
+        c.began = gov.timer()
+    policy = _policy(gov, c)
+    deadline = _deadline(gov, policy) if spec.timeout is not None else policy.deadline_s
+    is_async = inspect.iscoroutinefunction(fn)
+    return Attempt(
+        functools.partial(fn, key, c.args), {}, _timeout(gov, spec, deadline, c.began), is_async
+    )
+
+
+def _may_have_acted(exc: BaseException, verdict: Classification) -> bool:
+    """A write's failure after its request may have reached the tool (semantics §5.2): a
+    lost connection (``retry.connection_lost``), unless the classifier says BEFORE_EFFECT,
+    or a tool that ended with a BaseException such as GeneratorExit."""
+    if isinstance(exc, Aborted):
+        return True
+    return verdict is not BEFORE_EFFECT and connection_lost(exc)
+
+
+def _unwrapped(exc: BaseException) -> BaseException:
+    return exc.exc if isinstance(exc, Aborted) else exc
+
+
+def _unknown(c: Call, exc: BaseException, timed_out: bool) -> None:
+    """A write that may have acted and got no answer: UNKNOWN, reconciled at next use."""
+    c.status = UNKNOWN
+    exc = _unwrapped(exc)
+    if timed_out:
+        code, message = "timeout", describe(exc)
+    else:
+        code = "interrupted" if not isinstance(exc, Exception) else "connection_lost"
+        message = type(exc).__name__
+        text = describe(exc)
+        message = f"{message}: {text}"[:2000] if text else message
+    c.error = error_info(
+        code,
+        message,
+        retryable=False,
+        hint="Do not repeat this call: it may have taken effect.",
+    )
 
 
 def _steady(gov: Governor, b: brk.Breaker, tool: str) -> bool:

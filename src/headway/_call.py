@@ -50,6 +50,7 @@ class Call:
     result_digest: str | None = None
     result_size: int | None = None
     late: Any = None  # an attempt abandoned after a timeout, still running
+    began: float | None = None  # gov.timer() when the call's deadline began (a reconcile)
     held: Any = None  # the claim on the idempotency key while the write runs (_leases.Held)
     # store operations of the write sent with the call's next one (idempotency.Claim,
     # .Completion), and the claim made that way
@@ -137,6 +138,14 @@ def _repr(value: Any) -> str:
         raise UnrecordableError(describe(exc)) from None
     except Exception:  # a __repr__ that raises
         return f"<{type(value).__name__}: text unavailable>"
+
+
+def shown(value: Any) -> str:
+    """``result_text``, or a stand-in naming the result's type when it has no text."""
+    try:
+        return result_text(value)
+    except UnrecordableError as exc:
+        return f"<a {type(value).__name__} result with no text: {exc}>"
 
 
 class UnrecordableError(ValueError):

@@ -40,6 +40,11 @@ class Deadline:
         self._timer = timer
         timer.watch(self, loop)
 
+    @property
+    def expired(self) -> bool:
+        """Whether this deadline has passed and cancelled its task."""
+        return self._expired
+
     def end(self, exc: BaseException | None) -> bool:
         """Stop watching; True when ``exc`` is this deadline's cancellation: a timeout."""
         self._timer.deadlines.discard(self)

@@ -8,6 +8,7 @@ it (blocking in ``Session.call``, awaiting in ``Session.acall``) and sends the r
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import inspect
 import math
@@ -29,6 +30,25 @@ class AttemptTimeout(Exception):  # noqa: N818 - internal signal, never escapes 
         super().__init__(f"no answer within {seconds:g} s")
         self.seconds = seconds
         self.late = late
+
+
+class Aborted(Exception):  # noqa: N818 - internal signal, never escapes the pipeline
+    """An effect ended with a BaseException that is neither an interrupt nor a
+    cancellation (a tool raising GeneratorExit, say). The plan gets this ordinary
+    exception instead: a generator must never have GeneratorExit thrown into it (that
+    closes it half way), and a tool that ended so may have acted."""
+
+    def __init__(self, exc: BaseException) -> None:
+        try:
+            text = str(exc)
+        except Exception:
+            text = "message unavailable"
+        super().__init__(f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
+        self.exc = exc
+
+
+# what an effect's failure is handed to the plan as it is; any other BaseException is Aborted
+_PASSED = (Exception, KeyboardInterrupt, SystemExit, asyncio.CancelledError)
 
 
 class Blocking(NamedTuple):
@@ -275,7 +295,7 @@ def drive_sync(plan: Plan[T], sleep: Callable[[float], None] = time.sleep) -> T:
             else:
                 send = effect.future.result(timeout=effect.timeout)
         except BaseException as exc:
-            error = exc
+            error = exc if isinstance(exc, _PASSED) else Aborted(exc)
 
 
 async def _attempt_async(e: Attempt) -> Any:
@@ -283,7 +303,7 @@ async def _attempt_async(e: Attempt) -> Any:
         # cancelled on timeout (asyncio.timeout's rule, one timer per loop: ``_deadlines``)
         due = None if e.timeout is None else Deadline(e.timeout)
         try:
-            value = await e.fn(**e.kwargs)
+            value = await (e.fn(**e.kwargs) if due is None else _Bounded(e.fn(**e.kwargs), due))
         except BaseException as exc:
             if (due is not None and due.end(exc)) or isinstance(exc, TimeoutError):
                 raise AttemptTimeout(e.timeout or 0.0) from None
@@ -309,6 +329,71 @@ async def _attempt_async(e: Attempt) -> Any:
 
 
 QUICK_S = 0.0001  # how long an event loop waits for a sync tool before awaiting it
+
+
+CANCEL_GRACE_S = 0.25  # how long an async tool may run on after its timeout's cancellation
+
+
+class _Bounded:
+    """Awaits an async tool as ``await`` would, in the caller's task (no task of its own:
+    one per call would cost more than the rest of a call), except that a tool still
+    running after the cancellation of its timeout, by CANCEL_GRACE_S, is closed (a
+    GeneratorExit where it waits; it cannot catch that as it did the cancellation) and
+    the attempt ends as the timeout it is. The grace lets a tool finish what it does on
+    cancellation (tell its server, close a connection). A coroutine is never resumed in
+    another task: its cancel scopes (anyio) and context tokens belong to this one."""
+
+    __slots__ = ("_due", "_it")
+
+    def __init__(self, awaitable: Any, due: Deadline) -> None:
+        self._it = awaitable.__await__()
+        self._due = due
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        it, due = self._it, self._due
+        grace: Deadline | None = None
+        sent: Any = None
+        error: BaseException | None = None
+        try:
+            while True:
+                if grace is not None and grace.expired and isinstance(error, CancelledError):
+                    _close(it)  # it ran on past its grace: it ends here
+                    raise error
+                try:
+                    step = it.send(sent) if error is None else it.throw(error)
+                except StopIteration as done:
+                    return done.value
+                if grace is None and due.expired and isinstance(error, CancelledError):
+                    grace = Deadline(CANCEL_GRACE_S)  # it runs on after its cancellation
+                try:
+                    sent, error = (yield step), None
+                except GeneratorExit:  # our own caller is being closed: so is the tool
+                    it.close()
+                    raise
+                except BaseException as exc:
+                    sent, error = None, exc
+        finally:
+            if grace is not None:
+                grace.end(None)  # its cancellation, if it came, is taken back
+
+
+CancelledError = asyncio.CancelledError
+_stuck: collections.deque[Any] = collections.deque(maxlen=64)
+
+
+def _close(it: Any) -> None:
+    """Close an async tool that ignored its cancellation. One that waits again while
+    closing is closed again, a few times; one that still runs on is kept (never resumed)
+    so that it is not closed again, noisily, when collected."""
+    for _ in range(3):
+        try:
+            it.close()
+        except RuntimeError:  # it awaited something while closing: at that await, again
+            continue
+        except Exception:  # its cleanup failed: it has ended
+            return
+        return
+    _stuck.append(it)
 
 
 class _Waiter:
@@ -401,7 +486,7 @@ async def drive_async(plan: Plan[T], sleep: Callable[[float], Any] = asyncio.sle
             else:
                 send = await asyncio.wait_for(asyncio.wrap_future(effect.future), effect.timeout)
         except BaseException as exc:
-            error = exc
+            error = exc if isinstance(exc, _PASSED) else Aborted(exc)
 
 
 class Flights:

@@ -32,6 +32,12 @@ class UpstreamError(ConnectionError):
     """The upstream MCP server crashed, closed the connection or cannot be reached."""
 
 
+class UpstreamUnreachableError(UpstreamError, ConnectionRefusedError):
+    """The request never reached the upstream: it could not be started, or it had exited
+    before the request was written. Nothing ran, so a retry may help (a refused
+    connection, to the classifier: semantics §5.2)."""
+
+
 class UpstreamLostError(UpstreamError, ConnectionResetError):
     """The upstream exited or closed the connection after the request was sent: the call
     may have run (semantics §5.2, a lost connection). A read is tried again; a write's
@@ -187,7 +193,7 @@ async def govern(
             except Exception as exc:
                 if _unreachable(exc):  # retryable: reads are tried again, stdio restarted
                     lost = _lost(exc)
-                    raise (UpstreamLostError if lost else UpstreamError)(
+                    raise (UpstreamLostError if lost else UpstreamUnreachableError)(
                         f"the upstream MCP server crashed, closed the connection or cannot "
                         f"be reached ({type(exc).__name__}: {exc})"
                     ) from exc

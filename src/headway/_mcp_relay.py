@@ -36,8 +36,8 @@ from ._mcp_calls import (
     IDEMPOTENCY_KEY,
     Taken,
     Turns,
-    UpstreamError,
     UpstreamLostError,
+    UpstreamUnreachableError,
     answer_json,
     declare,
     error_json,
@@ -117,7 +117,7 @@ class Upstream:
                     else:
                         await self._write(proc, message)
             except UpstreamLostError as exc:  # it died before the caller's request was sent
-                raise UpstreamError(str(exc)) from exc
+                raise UpstreamUnreachableError(str(exc)) from exc
             return proc
 
     async def send(self, line: bytes) -> None:
@@ -154,12 +154,12 @@ class Upstream:
         stdin = proc.stdin
         # not sent: the upstream cannot have read it (nothing ran)
         if stdin is None or proc.returncode is not None:
-            raise UpstreamError(f"connection closed: {self._exited(proc)}")
+            raise UpstreamUnreachableError(f"connection closed: {self._exited(proc)}")
         try:
             stdin.write(data)
             await stdin.drain()
         except (BrokenPipeError, ConnectionResetError) as exc:
-            raise UpstreamError(f"connection closed: {self._exited(proc)}") from exc
+            raise UpstreamUnreachableError(f"connection closed: {self._exited(proc)}") from exc
 
     async def _read(self, proc: asyncio.subprocess.Process, lines: _Lines) -> None:
         # until its stdout ends, a line passes LINE_LIMIT or the pipe breaks: then the

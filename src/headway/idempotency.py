@@ -46,12 +46,13 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ._call import Call, describe
+from ._attempts import reconcile_attempt
+from ._call import Call, describe, shown
 from ._canonical import _to_json, canonical_json, digest
-from ._effects import Blocking, Plan, Sleep
+from ._effects import Aborted, AttemptTimeout, Blocking, Plan, Sleep
 from ._leases import Held, Keeper, claim_ops, claim_results, lease_key, leased, won_at
 from ._recent import Recent
-from .errors import ArgumentError, KeyReuseError, StoreError
+from .errors import KeyReuseError, StoreError
 from .outcome import ERROR, EXECUTED, REPLAYED, UNKNOWN, error_info
 from .stores._base import Op, batch, in_one_trip, one_by_one
 
@@ -82,9 +83,10 @@ def encode_result(value: Any) -> tuple[Any, str | None]:
     """
     try:
         tagged = _to_json(value, "result", set())
-    except (ArgumentError, RecursionError) as exc:
-        return None, f"the result has no JSON form ({describe(exc)})"
-    if _same_json(tagged, value):
+        plain = _same_json(tagged, value)
+    except Exception as exc:  # too deep, an int too long, an object whose attributes fail
+        return None, f"the result has no JSON form ({type(exc).__name__}: {describe(exc)})"
+    if plain:
         return {"v": value}, None
     return {"v": tagged, "enc": "tagged"}, None
 
@@ -294,9 +296,10 @@ class Writes:
                 raise KeyReuseError(key, str(record["tool"]))
             if state == "completed":
                 self.used.put(rkey, record["expires"])
-                self._replay(c, ("stored", decode_result(record.get("result"))), None)
                 if record.get("unrecordable"):
-                    c.flag("result_not_recordable")
+                    _unrecorded(c, key, str(record["unrecordable"]))
+                else:
+                    self._replay(c, ("stored", decode_result(record.get("result"))), None)
                 return None
             if state == "failed_final":
                 c.status, c.idem_state = ERROR, "failed_final"
@@ -401,6 +404,7 @@ class Writes:
 
     def _replay(self, c: Call, found: tuple[str, Any], how: str | None) -> None:
         c.status, c.value, c.idem_state = REPLAYED, found[1], "completed"
+        c.text = shown(found[1])  # what settling needs, even for a result with no text
         if how is not None:
             c.flag(f"reconciled_by_{how}")
 
@@ -453,7 +457,10 @@ class Writes:
         if c.status is EXECUTED:
             done = self._done(gov, held.record, c.value, "owner")
             if "unrecordable" in done:
+                # it ran: this caller gets its result; the key replays a structured error
+                # that says so (never a stand-in value), and it never runs again
                 c.flag("result_not_recordable")
+                c.text = shown(c.value)
             if st.shared or gov.has_session_cache():
                 # the next store write of the call (the session record's swap, or the
                 # cache generation's) carries it: one round trip for both
@@ -581,9 +588,15 @@ class Writes:
             found = ("late", late)
         elif c.spec.reconcile is not None:
             try:
-                answer = yield Blocking(c.spec.reconcile, (key, c.args))
+                answer = yield reconcile_attempt(gov, c, c.spec.reconcile, key)
+            except AttemptTimeout as exc:
+                self._still_unknown(c, f"reconcile gave no answer within {exc.seconds:.3g} s")
+                return ("unknown", None)
             except Exception as exc:
-                self._still_unknown(c, f"reconcile failed: {type(exc).__name__}: {exc}")
+                failure = exc.exc if isinstance(exc, Aborted) else exc
+                self._still_unknown(
+                    c, f"reconcile failed: {type(failure).__name__}: {describe(failure)}"
+                )
                 return ("unknown", None)
             found = None if answer is None else ("reconciled", answer)
         else:
@@ -665,6 +678,21 @@ class Writes:
             )
         except Exception as exc:
             c.flag(f"store_error: {type(exc).__name__}: {describe(exc)}"[:300])
+
+
+def _unrecorded(c: Call, key: str, why: str) -> None:
+    """A completed key whose result could not be recorded: the write happened, and its
+    result cannot be replayed."""
+    c.status, c.idem_state = ERROR, "completed"
+    c.flag("result_not_recordable")
+    c.error = error_info(
+        "unrecordable_result",
+        f"{c.spec.name} already ran with key {key} (it was not run again), but its result "
+        f"could not be recorded, so it cannot be shown: {why[:300]}",
+        retryable=False,
+        hint="Do not repeat it: it took effect. Check its effect with a read if you need "
+        "the result.",
+    )
 
 
 def unkeyed_key(st: SessionState, c: Call) -> str:

@@ -37,11 +37,11 @@ def render(value: Any, limit: int = 4000) -> str:
     else:
         try:
             text = json.dumps(value, ensure_ascii=False, default=str)
-        except (TypeError, ValueError, RecursionError):
+        except Exception:  # not JSON, too deep, an int too long, a __str__ that raises
             try:
                 text = repr(value)
-            except (ValueError, RecursionError):
-                text = f"<a {type(value).__name__} too large or deep to show>"
+            except Exception:
+                text = f"<a {type(value).__name__} that cannot be shown as text>"
     if len(text) > limit:
         text = text[:limit] + f"... [{len(text) - limit} more characters]"
     return text
