@@ -7,43 +7,25 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import headway
+import real_servers
 from conftest import IN_CI
-
-PACKAGE = "@modelcontextprotocol/server-filesystem"
-CACHE = Path(os.environ.get("HEADWAY_TEST_NPM", Path.home() / ".cache" / "headway-tests" / "npm"))
 
 
 @pytest.fixture(scope="module")
 def filesystem_server() -> str:
-    """The server's command, installed once into a cache folder with npm."""
-    command = CACHE / "node_modules" / ".bin" / "mcp-server-filesystem"
-    if not command.exists():
-        npm = shutil.which("npm")
-        done = None
-        if npm is not None:
-            CACHE.mkdir(parents=True, exist_ok=True)
-            done = subprocess.run(
-                [npm, "install", "--prefix", str(CACHE), "--no-audit", "--no-fund", PACKAGE],
-                capture_output=True,
-                text=True,
-                check=False,
-                timeout=600,
-            )
-        if not command.exists():
-            why = f"{PACKAGE} could not be installed with npm: {done.stderr[-300:] if done else 'no npm'}"
-            if IN_CI:
-                pytest.fail(why)
-            pytest.skip(why)
-    return str(command)
+    """The server's command, installed once into the tests' cache (``real_servers``)."""
+    try:
+        return real_servers.filesystem_server()[0]
+    except real_servers.Unavailable as exc:
+        if IN_CI:
+            pytest.fail(str(exc))
+        pytest.skip(str(exc))
 
 
 def _text(output: Any) -> str:
