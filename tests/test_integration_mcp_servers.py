@@ -48,9 +48,9 @@ def _script(folder: Path) -> list[tuple[str, dict[str, Any]]]:
 def test_the_openai_agents_sdk_through_a_governed_third_party_mcp_server(
     filesystem_server: str, tmp_path: Path
 ) -> None:
-    """The server's annotations make its reads cacheable: the repeated read is served (with
-    the note); after the server's own write, the model reads the new content, not the
-    stored one."""
+    """The operator declares the server's read an exact cache (annotations alone never
+    cache): the repeated read is served (with the note); after the server's own write,
+    the model reads the new content, not the stored one."""
     pytest.importorskip("agents")
     import agents
     from agents import Agent, Runner
@@ -64,6 +64,7 @@ def test_the_openai_agents_sdk_through_a_governed_third_party_mcp_server(
     folder = tmp_path.resolve()
     (folder / "notes.txt").write_text("v1", encoding="utf-8")
     gov = headway.Governor()
+    gov.tool_config = {"read_text_file": {"deterministic": True}}
     steps: list[Any] = [
         [function_call(name, args, call_id=f"c{n}")]
         for n, (name, args) in enumerate(_script(folder))
