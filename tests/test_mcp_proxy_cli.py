@@ -190,6 +190,8 @@ def test_the_readme_proxy_config_and_client_snippet_are_valid(tmp_path: Path) ->
         closed = {"readOnlyHint": True, "openWorldHint": False}
         assert gov.register("git_show", None, annotations=closed).deterministic
         assert not gov.register("git_status", None, annotations=closed).cacheable()
+        read = gov.register("read_text_file", None, annotations={"readOnlyHint": True})
+        assert read.cacheable() and read.fingerprint is not None  # while the file is unchanged
         assert gov.idle_turn_s == 120
     finally:
         gov.close()
