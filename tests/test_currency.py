@@ -257,3 +257,24 @@ def test_toml_validate_names_the_built_in_and_the_argument(tmp_path: Path) -> No
         Status.EXECUTED,
         Status.CACHED,
     ]
+
+
+def test_a_relative_or_home_path_is_never_current(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tool resolves a relative path (an MCP file server: against its own folder) or
+    `~` itself, out of headway's sight: such a call runs every time, never served from a
+    fingerprint of some other file."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("v1")
+    settled(tmp_path / "notes.txt")
+    assert file_fingerprint("notes.txt") is None
+    assert file_fingerprint("~/notes.txt") is None
+    calls: list[str] = []
+    gov = headway.Governor()
+    gov.register("read_file", reader(calls), effect="read", validate="file:path")
+    s = gov.session("r")
+    assert [s.call("read_file", {"path": "notes.txt"}).status for _ in range(2)] == [
+        Status.EXECUTED,
+        Status.EXECUTED,
+    ]

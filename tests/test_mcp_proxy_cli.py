@@ -188,7 +188,7 @@ def test_the_readme_proxy_config_and_client_snippet_are_valid(tmp_path: Path) ->
         spec = gov.register("get_job_status", None, annotations={"readOnlyHint": True})
         assert spec.poll and spec.effect == "read"
         closed = {"readOnlyHint": True, "openWorldHint": False}
-        assert gov.register("git_show", None, annotations=closed).deterministic
+        assert gov.register("get_library_docs", None, annotations=closed).deterministic
         assert not gov.register("git_status", None, annotations=closed).cacheable()
         read = gov.register("read_text_file", None, annotations={"readOnlyHint": True})
         assert read.cacheable() and read.fingerprint is not None  # while the file is unchanged

@@ -286,3 +286,19 @@ def test_a_page_rerendered_with_a_new_request_id_is_the_same_page() -> None:
     assert [r["mark"] for r in gov.audit_records("r")] == ["progress", "no_progress", "no_progress"]
     assert "returned the same result 3 times" in str(outs[2].correction)
     assert "apart from volatile parts" in str(outs[2].correction)
+
+
+@pytest.mark.parametrize("cached", [False, True])
+def test_a_cycles_correction_says_whether_the_result_it_quotes_is_current(cached: bool) -> None:
+    """A cycle's call is not run; the result it quotes is either held as current (a
+    cached read) or what the call returned when it last ran, said as such: it may have
+    changed since, and the text never presents it as today's."""
+    gov = headway.Governor()
+    options: dict[str, Any] = {"deterministic": True} if cached else {}
+    gov.register("open", lambda url: f"page {url}", effect="read", **options)
+    s = gov.session("r")
+    outs = [s.call("open", {"url": u}) for u in "ABABAB"]
+    cycle = outs[-1].to_model()
+    assert outs[-1].status is Status.CORRECTED and "cycle" in cycle
+    assert ("held as current" in cycle) is cached
+    assert ("may have changed since" in cycle) is not cached

@@ -32,14 +32,16 @@ _MAX_ENTRIES = 10_000  # a directory larger than this: its state is not looked a
 def file_fingerprint(path: Any) -> Any:
     """The state of a file: ``["file", mtime_ns, ctime_ns, size, inode]``; of a
     directory, the same plus a digest of its entries (name, kind, size, mtime), one
-    level deep; ``"absent"`` when nothing is there; None when it cannot be told: not a
-    path, unreadable, or changed so recently that a further change within the same tick
+    level deep; ``"absent"`` when nothing is there; None when it cannot be told: not an
+    absolute path (a tool resolves a relative one against its own root), unreadable, or
+    changed so recently that a further change within the same tick
     of the file system's clock would leave the same timestamps."""
     if isinstance(path, os.PathLike):
         path = os.fspath(path)
     if not isinstance(path, str) or not path or "\x00" in path:
         return None
-    path = os.path.expanduser(path)
+    if not os.path.isabs(path):
+        return None  # relative or ``~``: the tool resolves it (its root, its home), not us
     try:
         st = os.stat(path)
     except FileNotFoundError:

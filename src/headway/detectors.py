@@ -435,7 +435,7 @@ class Monitor:
                     f"headway: you called the same {period} tools in a cycle 3 times ({calls}) and "
                     "they brought nothing new; going round again will not help: use the "
                     "results you have, try a different approach, or finish."
-                    + _last(self._last_of_key.get(key))
+                    + _last(self._last_of_key.get(key), current=held is not None)
                 )
         return None
 
@@ -1159,9 +1159,17 @@ def _why(spec: ToolSpec, step: Observation, signals: Mapping[str, Any]) -> str:
     return "made no progress"
 
 
-def _last(prev: Observation | None) -> str:
+def _last(prev: Observation | None, *, current: bool) -> str:
+    """The result a cycle's correction quotes: held as current (a current cache entry), or
+    what the call returned when it last ran, said as such (it may have changed since)."""
     if prev is None or prev.text is None:
         return ""
+    label = (
+        "Last result (held as current)"
+        if current
+        else "What this call returned when it last ran (not run again now, so it may have "
+        "changed since)"
+    )
     if prev._size > len(prev.text):  # the window kept the head: say how much is left out
-        return f"\nLast result: {prev.text[:1500]}... [{prev._size - 1500} more characters]"
-    return "\nLast result: " + render(prev.text, 1500)
+        return f"\n{label}: {prev.text[:1500]}... [{prev._size - 1500} more characters]"
+    return f"\n{label}: " + render(prev.text, 1500)
