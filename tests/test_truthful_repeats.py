@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import itertools
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -302,3 +303,43 @@ def test_a_cycles_correction_says_whether_the_result_it_quotes_is_current(cached
     assert outs[-1].status is Status.CORRECTED and "cycle" in cycle
     assert ("held as current" in cycle) is cached
     assert ("may have changed since" in cycle) is not cached
+
+
+def test_a_list_read_again_that_gains_entries_is_progress_never_stopped() -> None:
+    """A memory graph, an inbox, a log: the identical read returns what it had plus a new
+    entry each time (in JSON the entry before it gains a comma). However alike the
+    results, each shows something new: no correction, no stop."""
+    gov = headway.Governor()
+    entries: list[str] = []
+    words = iter(
+        f"{w} done"
+        for w in ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota"]
+    )
+
+    def search_nodes(query: str) -> str:
+        entries.append(next(words))
+        graph = {"entities": [{"name": query, "observations": list(entries)}], "relations": []}
+        return json.dumps(graph, indent=2)
+
+    gov.register("search_nodes", search_nodes, effect="read")
+    s = gov.session("r")
+    outs = [s.call("search_nodes", {"query": "project"}) for _ in range(9)]
+    assert all(o.status is Status.EXECUTED and o.correction is None for o in outs)
+    assert [r["mark"] for r in gov.audit_records("r")][1:] == ["progress"] * 8
+
+
+def test_a_line_changed_in_place_is_not_growth() -> None:
+    """A page re-rendered with a counter ("visited 9 seconds ago") keeps its lines but one,
+    which changes: that is not a new entry, and the read still counts as no progress."""
+    gov = headway.Governor()
+    seconds = itertools.count(9)
+
+    def view(url: str) -> str:
+        body = "\n".join(f"item {w} of the page" for w in "abcdefgh")
+        return f"{body}\nYou previously visited this page {next(seconds)} seconds ago"
+
+    gov.register("view", view, effect="read")
+    s = gov.session("r")
+    for _ in range(4):
+        s.call("view", {"url": "https://example.test/a"})
+    assert [r["mark"] for r in gov.audit_records("r")][1:] == ["no_progress"] * 3

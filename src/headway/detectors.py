@@ -606,6 +606,8 @@ class Monitor:
             step.duplicate = True
             if not same_call:
                 signals["same_result"] = True
+        elif _grew(step, prev):
+            pass  # the same call's result with every line it had and new ones: news
         elif same_call or (prev is not None and prev.nlen >= 0 and self._near(step, prev)):
             step.duplicate = True
             signals["near_duplicate"] = True
@@ -1157,6 +1159,18 @@ def _why(spec: ToolSpec, step: Observation, signals: Mapping[str, Any]) -> str:
     if spec.progress is not None or spec.progress_fields:
         return "made no progress by the tool's own progress check"
     return "made no progress"
+
+
+def _grew(step: Observation, prev: Observation | None) -> bool:
+    """The identical call's result kept the lines it had and shows more new ones than it
+    lost (a list or a log read again that gained entries; in JSON the entry before a new
+    one gains a comma): new information, however alike the two are. Lines changed in
+    place (a re-rendered page, a counter) are not growth."""
+    if prev is None or not step.units or not prev.units:
+        return False
+    before, after = set(prev.units), set(step.units)
+    lost = len(before - after)  # at most the line a new entry follows (a comma added)
+    return lost <= 1 and len(after - before) > lost
 
 
 def _last(prev: Observation | None, *, current: bool) -> str:
