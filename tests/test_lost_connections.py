@@ -7,6 +7,7 @@ connection, a name that does not resolve, a classifier's BEFORE_EFFECT) are retr
 from __future__ import annotations
 
 import asyncio
+import errno
 import http.client
 import os
 import signal
@@ -69,6 +70,20 @@ def acting_then(ledger: Ledger, failures: list[BaseException | None]) -> Callabl
     return pay
 
 
+class _Response:
+    def __init__(self, status: int) -> None:
+        self.status_code, self.headers = status, {}
+
+
+class _GatewayError(Exception):
+    """An HTTP client's status error (httpx's HTTPStatusError, requests' HTTPError): the
+    response rides on the exception."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(f"HTTP {status}")
+        self.response = _Response(status)
+
+
 LOST = [
     ConnectionError("connection lost"),
     ConnectionResetError(104, "Connection reset by peer"),
@@ -79,6 +94,9 @@ LOST = [
     http.client.RemoteDisconnected("Remote end closed connection without response"),
     asyncio.IncompleteReadError(b"", 10),
     TimeoutError("read timed out"),
+    OSError(errno.ENETRESET, "Network dropped connection on reset"),
+    _GatewayError(504),  # a gateway timed out waiting for the service behind it
+    _GatewayError(502),  # a gateway got a broken answer from the service behind it
 ]
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import enum
+import errno
 import random
 import socket
 from collections.abc import Callable
@@ -129,6 +130,9 @@ _BEFORE_EFFECT_NAMES = frozenset(
         "ClientConnectorDNSError",  # aiohttp
     }
 )
+# A gateway's answer that the service behind it got the request and gave no answer in
+# time (504) or a broken one (502): the service may have acted
+_GATEWAY_LOST = frozenset({502, 504})
 # Failures after the request may have reached the service: the connection was lost
 _LOST_NAMES = frozenset(
     {
@@ -175,6 +179,10 @@ def _connection_kind(exc: BaseException, depth: int = 0) -> str | None:
     if names & _BEFORE_EFFECT_NAMES:
         return "before"
     if names & _LOST_NAMES:
+        return "lost"
+    if isinstance(exc, OSError) and exc.errno == errno.ENETRESET:
+        return "lost"  # the network dropped the connection: after it was made
+    if _http_status(exc)[0] in _GATEWAY_LOST:
         return "lost"
     wrapper = bool(names & _WRAPPER_NAMES)
     if not wrapper and not names & _CARRIER_NAMES:
