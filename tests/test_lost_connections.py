@@ -72,7 +72,8 @@ def acting_then(ledger: Ledger, failures: list[BaseException | None]) -> Callabl
 
 class _Response:
     def __init__(self, status: int) -> None:
-        self.status_code, self.headers = status, {}
+        self.status_code = status
+        self.headers: dict[str, str] = {}
 
 
 class _GatewayError(Exception):

@@ -124,6 +124,7 @@ for line in sys.stdin:
                              "annotations": {"readOnlyHint": True}}]}
     elif method == "tools/call":
         log.write("latin\t\n"); log.flush()
+        sys.stdout.buffer.write(b"\xff\xfe progress: 50%\n")  # not JSON-RPC: never relayed
         # an answer whose text is Latin-1, not UTF-8: bytes that do not decode
         head = json.dumps({"jsonrpc": "2.0", "id": rid})[:-1].encode()
         sys.stdout.buffer.write(head + b', "result": {"content": [{"type": "text", '
@@ -141,7 +142,8 @@ async def test_an_upstream_answer_that_is_not_utf8_is_matched_to_its_request(
     tmp_path: Path,
 ) -> None:
     """Matched at once (run once, not retried until a timeout), and no ``headway-`` id of
-    the relay's own reaches the client."""
+    the relay's own reaches the client; a line of the upstream that is not JSON-RPC (bytes
+    that are not even UTF-8) never reaches the client's stdout (each line it gets is JSON)."""
     script = tmp_path / "raw_upstream.py"
     script.write_text(RAW_UPSTREAM)
     log = tmp_path / "upstream.log"
@@ -176,5 +178,26 @@ async def test_a_message_that_cannot_be_read_is_answered_not_forwarded(
     client.proc.stdin.write(line)
     seen = await lines_until(client, None)
     assert seen[-1]["error"]["code"] in (-32700, -32600)
+    assert (await client.ask("ping", {}))["result"] == {}
+    assert await close(client) == 0
+
+
+async def test_idempotency_keys_in_invalid_utf8_are_refused_never_merged(tmp_path: Path) -> None:
+    """Two requests whose keys differ only in bytes that are not UTF-8: repairing them
+    (U+FFFD) would make them one key, and the second write would be replayed from the
+    first. Each is refused as unreadable (-32700, with its id), and nothing runs."""
+    client = await RawClient.start(tmp_path, "--store", "sqlite:///h.db")
+    assert client.proc.stdin is not None
+    for rid, key in ((21, b"order-\xe9"), (22, b"order-\xff")):
+        client.proc.stdin.write(
+            b'{"jsonrpc": "2.0", "id": %d, "method": "tools/call", "params": {"name": '
+            b'"delete_record", "arguments": {"record": "r1"}, "_meta": '
+            b'{"headway/idempotency_key": "%s"}}}\n' % (rid, key)
+        )
+    first = (await lines_until(client, 21))[-1]
+    second = (await lines_until(client, 22))[-1]
+    assert first["error"]["code"] == second["error"]["code"] == -32700
+    assert "UTF-8" in first["error"]["message"]
+    assert executions(tmp_path, "delete_record") == []
     assert (await client.ask("ping", {}))["result"] == {}
     assert await close(client) == 0

@@ -353,9 +353,9 @@ class Relay:
         ``tools/call`` in it is governed). A line that cannot be read is answered here."""
         if not line.strip():
             return
-        message = _parsed(line)
+        message = _parsed(line, strict=True)
         if message is None:  # not JSON, or nested too deep to read: never forwarded blind
-            reason = "nested too deep" if _nested(line) else "not valid JSON"
+            reason = "nested too deep" if _nested(line) else "not valid JSON in UTF-8"
             error = f"headway proxy: the message cannot be read ({reason})"
             self.to_client(_rpc_error(_id_in(line[:_HEAD]), error, _PARSE_ERROR))
             return
@@ -388,7 +388,7 @@ class Relay:
 
     async def from_client(self, line: bytes) -> None:
         """One line from the client."""
-        await self._handle(line, _parsed(line))
+        await self._handle(line, _parsed(line, strict=True))
 
     def _call(self, message: Any) -> bool:
         """Start a governed ``tools/call``; False for any other message. A ``tools/call``
@@ -437,6 +437,9 @@ class Relay:
                 self._declare(message.get("result"))
         elif isinstance(message, dict) and message.get("method") == _LIST_CHANGED:
             self._listed = False  # a tool not yet declared is looked up again
+        elif not isinstance(message, dict | list):  # not JSON-RPC: never on the client's stdout
+            note(f"skipped a line from the upstream that is not a JSON-RPC message: {line[:80]!r}")
+            return
         self.to_client(line)
 
     def upstream_closed(self, reason: str) -> None:
@@ -515,13 +518,16 @@ class Relay:
             self._calls.pop(rid, None)
 
 
-def _parsed(line: bytes) -> Any:
+def _parsed(line: bytes, *, strict: bool = False) -> Any:
     """The message of a line; None for one that cannot be read (not JSON, or nested past
-    what the parser recurses into). Bytes that are not UTF-8 are read as U+FFFD: the
-    message (and its id) is still there."""
+    what the parser recurses into). From the upstream, bytes that are not UTF-8 are read
+    as U+FFFD: the message (and its id) is still there. From the client (``strict``) such
+    a line is not read: repairing it could make two of its idempotency keys one."""
     try:
         return loads(line)
     except UnicodeDecodeError:
+        if strict:
+            return None
         try:
             return json.loads(line.decode("utf-8", "replace"))
         except (ValueError, RecursionError):
