@@ -54,6 +54,21 @@ def test_a_key_the_store_cannot_hold_is_an_argument_error_and_nothing_runs(
     assert tool.count == 0
 
 
+@pytest.mark.parametrize(("_", "name", "problem"), BAD_KEYS, ids=[b[0] for b in BAD_KEYS])
+@pytest.mark.parametrize("option", ["namespace", "workspace"])
+def test_a_namespace_or_workspace_no_store_can_hold_is_a_config_error(
+    option: str, _: str, name: str, problem: str
+) -> None:
+    """Part of every stored key: refused when the Governor is made, naming the problem,
+    not a store error ("retrying may help") on every call."""
+    make = {"namespace": lambda: headway.Governor(namespace=name)}.get(
+        option, lambda: headway.Governor(workspace=name)
+    )
+    with pytest.raises(headway.ConfigError, match=problem) as raised:
+        make()
+    assert option in str(raised.value)
+
+
 def test_the_longest_key_and_session_id_allowed_work_on_every_store(store: headway.Store) -> None:
     """1,024 bytes of UTF-8 (4-byte characters too), as a key and as a session id."""
     gov = headway.Governor(store=store)

@@ -126,6 +126,13 @@ class Governor:
             raise ConfigError("session_ttl_s must be a number of seconds > 0")
         if workspace is not None and (not isinstance(workspace, str) or not workspace.strip()):
             raise ConfigError("workspace must be a non-empty name (or None: no workspace)")
+        for label, name in (("namespace", namespace), ("workspace", workspace)):
+            if not isinstance(name, str):
+                continue
+            try:  # part of every stored key: what no store can hold is refused here
+                check_key(label, name)
+            except ArgumentError as exc:
+                raise ConfigError(str(exc)) from None
         if idle_turn_s is not None and (
             isinstance(idle_turn_s, bool)
             or not isinstance(idle_turn_s, int | float)
