@@ -61,11 +61,9 @@ def test_a_namespace_or_workspace_no_store_can_hold_is_a_config_error(
 ) -> None:
     """Part of every stored key: refused when the Governor is made, naming the problem,
     not a store error ("retrying may help") on every call."""
-    make = {"namespace": lambda: headway.Governor(namespace=name)}.get(
-        option, lambda: headway.Governor(workspace=name)
-    )
+    options: dict[str, Any] = {option: name}
     with pytest.raises(headway.ConfigError, match=problem) as raised:
-        make()
+        headway.Governor(**options)
     assert option in str(raised.value)
 
 
