@@ -74,6 +74,11 @@ class Governor:
     client, each behind its own proxy; the workers of one deployment): a write through any
     of them makes the session-scoped cached reads of all of them stale.
 
+    ``idle_turn_s`` is for clients that mark no user turns (``headway proxy``: a stdio
+    session lives as long as the desktop client): a call after this long a pause, with
+    nothing in flight, starts a new user turn and lifts a no-progress stop. In code, call
+    ``session.user_turn()`` instead.
+
     With a store other processes share (SQLite, Redis, PostgreSQL), a session's state lives
     in the store: every worker that opens ``session(run_id)`` continues the same run
     (``share_sessions=False`` keeps it in this process, as with ``MemoryStore``). Its record
