@@ -64,17 +64,22 @@ def json_document(path: Path) -> Any | Problem:
         return Problem(str(path), 0, f"file ends early or is corrupt ({exc})")
 
 
+def items(path: Path, jsonl: bool) -> Iterator[tuple[int, Any] | Problem]:
+    """(line number, value) of each line of a JSONL file, or (0, the document) of a JSON
+    file; a Problem where one cannot be read."""
+    if jsonl:
+        yield from json_lines(path)
+        return
+    doc = json_document(path)
+    yield doc if isinstance(doc, Problem) else (0, doc)
+
+
 def records(
     path: Path, jsonl: bool, wrappers: tuple[str, ...]
 ) -> Iterator[tuple[int, Any] | Problem]:
     """The records of a file of records: JSONL (a record, or a list of them, a line) or one
     JSON document (a list, or an object holding the list under one of ``wrappers``)."""
-    if jsonl:
-        items: Iterator[tuple[int, Any] | Problem] = json_lines(path)
-    else:
-        doc = json_document(path)
-        items = iter([doc if isinstance(doc, Problem) else (0, doc)])
-    for item in items:
+    for item in items(path, jsonl):
         if isinstance(item, Problem):
             yield item
             continue

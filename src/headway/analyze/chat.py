@@ -25,7 +25,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from ._lines import json_document, json_lines
+from ._lines import items
 from ._model import Call, Problem, Run, digest, usage_of
 from .uniform import succeeded
 
@@ -182,12 +182,7 @@ def run_of(conv: Any, source: str, default_id: str, anthropic: bool) -> Run:
 
 def read(path: Path, *, anthropic: bool, jsonl: bool) -> Iterator[Run | Problem]:
     source = path.name.split(".")[0]
-    if jsonl:
-        items: Iterator[tuple[int, Any] | Problem] = json_lines(path)
-    else:
-        doc = json_document(path)
-        items = iter([doc if isinstance(doc, Problem) else (0, doc)])
-    for item in items:
+    for item in items(path, jsonl):
         if isinstance(item, Problem):
             yield item
             continue
