@@ -53,7 +53,7 @@ from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
 
 import headway
-from headway._effects import _pool
+from headway._tool_threads import _pool
 from headway.integrations.langchain import HeadwayMiddleware, governed_tool_node
 
 COUNTER = itertools.count()

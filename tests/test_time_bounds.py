@@ -2,7 +2,7 @@
 (semantics §7; issue 31 items 8 and 10).
 
 An async tool that catches the cancellation of its timeout and keeps running is closed
-once a short grace has passed (``_effects.CANCEL_GRACE_S``): ``acall`` returns, a write
+once a short grace has passed (``_tool_runs.CANCEL_GRACE_S``): ``acall`` returns, a write
 is UNKNOWN and reconciled at its next use. A reconcile has a timeout of its own inside
 the call's deadline: a hanging one leaves the write UNKNOWN and runs nothing.
 

@@ -10,7 +10,7 @@ import time
 import pytest
 
 import headway
-from headway._effects import Job, Threads, _Waiter
+from headway._tool_threads import Job, Threads, _Waiter
 
 
 def test_a_job_cancelled_before_it_started_never_runs() -> None:
