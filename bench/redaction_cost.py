@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import headway
+import headway._audit_record
 import headway._call
 import headway._redact
 import headway.audit
@@ -95,8 +96,8 @@ def redaction(base: types.ModuleType, batch: int, rounds: int) -> None:
 
 # where the core calls the redaction functions: swapped to run the whole path "before"
 _USERS = (
-    (headway.audit, "scrub"),
-    (headway.audit, "normalise"),
+    (headway._audit_record, "scrub"),
+    (headway._audit_record, "normalise"),
     (headway._call, "scrub"),
     (headway.outcome, "scrub"),
 )
