@@ -359,7 +359,7 @@ def test_an_upstream_is_unreachable_after_a_closed_mcp_connection_or_an_os_error
     from mcp.shared.exceptions import MCPError
     from mcp_types import CONNECTION_CLOSED
 
-    from headway._mcp_calls import _unreachable
+    from headway._mcp_errors import _unreachable
 
     def chained(inner: BaseException) -> RuntimeError:
         try:
@@ -381,7 +381,7 @@ def test_an_upstream_lost_after_the_request_was_sent_is_told_from_one_never_reac
     from mcp.shared.exceptions import MCPError
     from mcp_types import CONNECTION_CLOSED
 
-    from headway._mcp_calls import UpstreamLostError, UpstreamUnreachableError, _lost
+    from headway._mcp_errors import UpstreamLostError, UpstreamUnreachableError, _lost
 
     def chained(outer: BaseException, inner: BaseException) -> BaseException:
         outer.__cause__ = inner

@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from headway import _mcp_relay
-from headway._mcp_relay import READ_SIZE, _Lines, dumps, loads
+from headway import _jsonrpc
+from headway._jsonrpc import READ_SIZE, dumps, loads
+from headway._jsonrpc import Lines as _Lines
 
 # JSON values, with integers past 64 bits and the floats json writes but JSON has not
 JSON = st.recursive(
@@ -91,7 +92,7 @@ async def test_lines_split_or_joined_in_chunks_are_handed_on_whole_in_order() ->
 async def test_a_line_past_the_limit_closes_the_pipe_and_is_not_handed_on(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(_mcp_relay, "LINE_LIMIT", 8)
+    monkeypatch.setattr(_jsonrpc, "LINE_LIMIT", 8)
     got: list[bytes] = []
     lines = _Lines(got.append)
     pipe = Pipe()
