@@ -18,14 +18,18 @@ none, which invalidates everything (a write) or makes it invalidated by every wr
 read). Paths are taken as the command states them: every command must start in the same
 working directory (a fresh shell per call), and symbolic or hard links to a path the agent
 also reads through another name are not followed.
+
+This module owns the classification; taking a command line apart is ``_shell_words``,
+and reading ``sed`` and ``awk`` scripts is ``_shell_scripts``.
 """
 
 from __future__ import annotations
 
-import re
-import shlex
 from collections.abc import Mapping
 from typing import Any, Literal
+
+from ._shell_scripts import awk_program, sed_script
+from ._shell_words import Segment, components, operands_of, segments
 
 READ_ONLY = frozenset(
     [
@@ -120,71 +124,6 @@ _WRITE_FLAGS = {
     "date": ("-s", "--set"),
     "git": ("--output", "-O", "--open-files-in-pager"),
 }
-_SEPARATORS = frozenset([";", "&&", "||", "|", "&", "\n", "(", ")", ";;", "|&"])
-_OUT = frozenset([">", ">>", ">|", "&>", "&>>"])
-_IN = frozenset(["<", "<<", "<<<", "<<-", "<&"])
-_HEREDOC = re.compile(r"(<<-?\s*(['\"]?)(\w+)\2[^\n]*)\n.*?\n\3(?=\n|$)", re.DOTALL)
-_SUBSTITUTION = ("`", "$(", "<(", ">(")  # commands inside a word: not provably read-only
-_EXPANDS = re.compile(r"[*?\[\]{}$~`\\]")  # a path the shell rewrites: cannot be listed
-
-Segment = tuple[list[str], list[str], list[str]]  # words, files written, files read by "<"
-
-
-def _segments(command: str) -> list[Segment] | None:
-    """Quote-aware parse: per simple command (words, files written, files read by ``<``),
-    or None when the command cannot be parsed or runs commands inside words (unknown
-    means unsafe)."""
-    if any(s in command for s in _SUBSTITUTION):
-        return None
-    lex = shlex.shlex(_HEREDOC.sub(r"\1", command), posix=True, punctuation_chars=";&|<>()\n")
-    lex.whitespace = " \t\r"  # newlines separate commands
-    lex.whitespace_split = True
-    try:
-        tokens = list(lex)
-    except ValueError:
-        return None
-    out: list[Segment] = []
-    words: list[str] = []
-    written: list[str] = []
-    read: list[str] = []
-    it = iter(tokens)
-    for tok in it:
-        if tok in _SEPARATORS:
-            if words or written or read:
-                out.append((words, written, read))
-            words, written, read = [], [], []
-        elif tok in _OUT or tok == ">&":
-            target = next(it, "")
-            if tok == ">&" and (target.isdigit() or target == "-"):
-                continue  # 2>&1: a file descriptor, not a file
-            if target != "/dev/null":
-                written.append(target)
-        elif tok in _IN:
-            source = next(it, "")
-            if tok == "<":
-                read.append(source)
-        elif tok and all(ch in ";&|<>()\n" for ch in tok):
-            return None  # an operator this parser does not know ("<>", ">>&")
-        else:
-            words.append(tok)
-    if words or written or read:
-        out.append((words, written, read))
-    # a file descriptor number before a redirect ("2>/dev/null") is not an operand
-    return [
-        (_without_assignments([w for k, w in enumerate(ws) if not (w.isdigit() and k > 0)]), wr, rd)
-        for ws, wr, rd in out
-    ]
-
-
-def _operands(words: list[str]) -> list[str]:
-    """The words after the program that are not options (everything after ``--`` is one)."""
-    found: list[str] = []
-    for k, w in enumerate(words[1:], 1):
-        if w == "--":
-            return found + words[k + 1 :]
-        if not w.startswith("-") or w == "-":
-            found.append(w)
-    return found
 
 
 def _writes(prog: str, words: list[str]) -> bool:
@@ -195,22 +134,22 @@ def _writes(prog: str, words: list[str]) -> bool:
     shorts = "".join(w[1:] for w in args if w.startswith("-") and not w.startswith("--"))
     longs = [w for w in args if w.startswith("--")]
     if prog == "sed":
-        sed = _sed(words)
+        sed = sed_script(words)
         return sed is None or sed[0] != "read"
     if prog in ("awk", "gawk"):
-        return _awk_program(words) is None
+        return awk_program(words) is None
     if prog == "sort":
         return "o" in shorts or any(w.startswith(("--output", "--compress")) for w in longs)
     if prog == "uniq":
-        return len(_operands(words)) > 1  # uniq IN OUT writes OUT
+        return len(operands_of(words)) > 1  # uniq IN OUT writes OUT
     if prog == "xxd":
-        return "r" in shorts or len(_operands(words)) > 1  # xxd IN OUT writes OUT
+        return "r" in shorts or len(operands_of(words)) > 1  # xxd IN OUT writes OUT
     if prog == "env":
-        return bool(_operands(words))  # env VAR=x program: runs a program
+        return bool(operands_of(words))  # env VAR=x program: runs a program
     if prog == "hostname":
-        return bool(_operands(words))  # sets the host name
+        return bool(operands_of(words))  # sets the host name
     if prog == "date":
-        return any(not w.startswith("+") for w in _operands(words))  # sets the clock
+        return any(not w.startswith("+") for w in operands_of(words))  # sets the clock
     if prog == "git":
         sub = words[1] if len(words) > 1 else ""
         if sub not in GIT_READ:
@@ -226,7 +165,7 @@ def _writes(prog: str, words: list[str]) -> bool:
 
 def command_effect(command: str) -> Literal["read", "write"]:
     """'read' when the command provably only reads (see the module docstring), else 'write'."""
-    parsed = _segments(command)
+    parsed = segments(command)
     if parsed is None:
         return "write"  # cannot parse it: unknown means unsafe
     for words, written, _ in parsed:
@@ -244,7 +183,7 @@ def command_effect(command: str) -> Literal["read", "write"]:
 
 def is_dynamic(command: str) -> bool:
     """A read whose answer changes with time (``date``, ``ps``): never cache it."""
-    parsed = _segments(command) or []
+    parsed = segments(command) or []
     return any(ws[:1] and ws[0].rsplit("/", 1)[-1] in DYNAMIC for ws, _, _ in parsed)
 
 
@@ -252,142 +191,6 @@ def shell_effect(args: Mapping[str, Any]) -> Literal["read", "write"]:
     """An ``effect=`` function for a tool whose command is in ``command``, ``cmd`` or ``code``."""
     command = args.get("command", args.get("cmd", args.get("code")))
     return command_effect(command) if isinstance(command, str) else "write"
-
-
-def _without_assignments(words: list[str]) -> list[str]:
-    while words and "=" in words[0] and not words[0].startswith("="):  # VAR=value cmd
-        words = words[1:]
-    return words
-
-
-# -- sed and awk scripts: do they write files or run commands? ------------------------------
-
-
-_SED_OPTIONS = frozenset(
-    [
-        "-n",
-        "-E",
-        "-r",
-        "-s",
-        "-u",
-        "-z",
-        "--quiet",
-        "--silent",
-        "--posix",
-        "--regexp-extended",
-        "--separate",
-        "--unbuffered",
-        "--null-data",
-        "--sandbox",
-        "--debug",
-    ]
-)
-
-
-def _sed(words: list[str]) -> tuple[str, list[str], bool] | None:
-    """(``"read"`` or ``"in-place"``, files, whether the script reads other files), or None
-    when an option is unknown or the script may write a file or run a command."""
-    scripts: list[str] = []
-    files: list[str] = []
-    mode = "read"
-    args = iter(words[1:])
-    for w in args:
-        if w in ("-i", "--in-place"):
-            mode = "in-place"
-        elif w.startswith(("-i", "--in-place=")):
-            return None  # a backup suffix: another file is written
-        elif w in ("-e", "--expression"):
-            scripts.append(next(args, ""))
-        elif w.startswith("--expression="):
-            scripts.append(w.split("=", 1)[1])
-        elif w in _SED_OPTIONS:
-            continue
-        elif w.startswith("-") and w != "-" and len(w) > 1:
-            if not set(w[1:]) <= set("nErsuz"):
-                return None  # -f script, -l, a cluster with -i or -e: not followed
-        elif not scripts:
-            scripts.append(w)
-        else:
-            files.append(w)
-    reads_files = False
-    for script in scripts:
-        commands = _sed_commands(script)
-        if commands is None or commands & {"w", "W", "e"}:
-            return None
-        reads_files = reads_files or bool(commands & {"r", "R"})
-    return (mode, files, reads_files) if scripts else None
-
-
-def _sed_commands(script: str) -> set[str] | None:
-    """The command letters of a sed script (``w`` and ``e`` also for the flags of ``s``),
-    or None when it does not parse."""
-    found: set[str] = set()
-    i, n = 0, len(script)
-    while i < n:
-        c = script[i]
-        if c in " \t\n;{}!,$~+0123456789":  # separators and addresses
-            i += 1
-        elif c in "/\\":  # a regex address: /re/ or \%re%
-            delim = "/" if c == "/" else script[i + 1 : i + 2]
-            i = _skip_delimited(script, i + (1 if c == "/" else 2), delim)
-            if i < 0:
-                return None
-            while i < n and script[i] in "IM":
-                i += 1
-        elif c in "sy":
-            delim = script[i + 1 : i + 2]
-            if delim in ("", "\\", "\n"):
-                return None
-            i = _skip_delimited(script, i + 2, delim)
-            i = _skip_delimited(script, i, delim) if i >= 0 else -1
-            if i < 0:
-                return None
-            end = i
-            while end < n and script[end] not in ";\n}":
-                end += 1
-            flags = script[i:end]
-            found.update(f for f in "we" if c == "s" and f in flags)
-            i = end
-        elif c in "aicrRwWe:btTv":  # the rest of the line is text, a file name or a label
-            found.add(c)
-            while i < n and script[i] != "\n" and not (c in ":btTv" and script[i] == ";"):
-                i += 2 if script[i] == "\\" else 1
-        elif c in "pPdDnNgGhHxlLqQzF=":
-            found.add(c)
-            i += 1
-        else:
-            return None
-    return found
-
-
-def _skip_delimited(text: str, i: int, delim: str) -> int:
-    """The index after the next unescaped ``delim`` from ``i``, or -1."""
-    while i < len(text):
-        if text[i] == "\\":
-            i += 2
-        elif text[i] == delim:
-            return i + 1
-        else:
-            i += 1
-    return -1
-
-
-def _awk_program(words: list[str]) -> str | None:
-    """The program of an awk call that cannot write a file or run a command, else None."""
-    args = iter(words[1:])
-    for w in args:
-        if w in ("-F", "-v"):
-            next(args, "")
-        elif w.startswith(("-F", "-v")):
-            continue
-        elif w.startswith("-"):
-            return None  # -f program file, -i inplace, ...: not followed
-        else:
-            # output goes to a file or a command only by print > file, | or system();
-            # a ">" in a program that prints nothing is a comparison (NR>=10)
-            unsafe = any(s in w for s in ("|", "system", "@")) or ("print" in w and ">" in w)
-            return None if unsafe else w
-    return None
 
 
 # -- resources: which files a command reads or writes ---------------------------------------
@@ -421,22 +224,13 @@ _TREE_WRITERS = frozenset(
 )  # may act on a directory
 
 
-def _components(path: str) -> list[str] | None:
-    """The components of a path as the command states it, or None when the shell rewrites
-    it (a glob, a variable, ``~``) or it climbs out (``..``) or names no file (``/``)."""
-    if _EXPANDS.search(path):
-        return None
-    parts = [p for p in path.split("/") if p not in ("", ".")]
-    return None if not parts or ".." in parts else parts
-
-
 def command_resources(command: str) -> tuple[str, ...] | None:
     """The resources of a command (see the module docstring): every path component a read
     reads, or the last component of every path a write writes; None when that cannot be
     told: a directory read (``ls``, ``find``, ``grep -r``), a program whose writes are
     unseen (``python x.py``, ``make``), a path the shell rewrites, a command that does not
     parse."""
-    parsed = _segments(command)
+    parsed = segments(command)
     if parsed is None:
         return None
     found = _written(parsed) if command_effect(command) == "write" else _read(parsed)
@@ -449,7 +243,7 @@ def _read(parsed: list[Segment]) -> set[str] | None:
         paths = list(read)
         if words:
             prog = words[0].rsplit("/", 1)[-1]
-            operands = _operands(words)
+            operands = operands_of(words)
             if prog in ("cd", "pushd"):
                 paths += operands or ["~"]  # later relative paths are under it
             elif prog in ("echo", "printf", "true", "false", "pwd", "test", "["):
@@ -457,7 +251,7 @@ def _read(parsed: list[Segment]) -> set[str] | None:
             elif prog not in _FILE_READERS or _recursive(words):
                 return None  # a directory or a whole-repository read: any write may change it
             elif prog == "sed":
-                sed = _sed(words)
+                sed = sed_script(words)
                 if sed is None or sed[2] or not sed[1]:
                     return None  # a script that reads other files, or standard input
                 paths += sed[1]
@@ -471,7 +265,7 @@ def _read(parsed: list[Segment]) -> set[str] | None:
                 paths += operands
                 paths += [w.split("=", 1)[1] for w in words[1:] if w.startswith("--") and "=" in w]
         for path in paths:
-            parts = _components(path)
+            parts = components(path)
             if parts is None:
                 return None
             found.update(parts)
@@ -485,11 +279,11 @@ def _written(parsed: list[Segment]) -> set[str] | None:
         paths = list(written)
         if words:
             prog = words[0].rsplit("/", 1)[-1]
-            operands = _operands(words)
+            operands = operands_of(words)
             if prog == "cd":
-                target = _components(operands[0]) if len(operands) == 1 else None
+                target = components(operands[0]) if len(operands) == 1 else None
                 moved = moved or target is None or operands[0].startswith("/")
-            elif prog == "sed" and (sed := _sed(words)) is not None and sed[0] == "in-place":
+            elif prog == "sed" and (sed := sed_script(words)) is not None and sed[0] == "in-place":
                 paths += sed[1]
             elif prog == "tee" or prog in _FILE_WRITERS:
                 if prog in _TREE_WRITERS and any(p.startswith("/") for p in operands):
@@ -500,7 +294,7 @@ def _written(parsed: list[Segment]) -> set[str] | None:
             elif prog not in READ_ONLY or _writes(prog, words):
                 return None  # a program whose writes we cannot see
         for path in paths:
-            parts = _components(path)
+            parts = components(path)
             if parts is None:
                 return None
             found.add(parts[-1])
