@@ -24,9 +24,6 @@ _INDEX = {name: i for i, name in enumerate(FIELDS)}
 _ARGS = _INDEX["args"]
 
 
-_UNMADE: list[Any] = []  # never written to: a record's values replace it when made
-
-
 class AuditRecord(Mapping[str, Any]):
     """One call's record: its values in ``FIELDS`` order, read as a mapping.
 
@@ -43,7 +40,7 @@ class AuditRecord(Mapping[str, Any]):
     ) -> None:
         self._make: Callable[[tuple[Any, ...]], list[Any]] | None = make
         self._source = source
-        self._values: list[Any] = _UNMADE  # not a new list per record: most are never read
+        self._values: list[Any] = []  # made on first read
         self.session = session
 
     def __getitem__(self, key: str) -> Any:

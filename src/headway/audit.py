@@ -110,7 +110,7 @@ class MemoryAudit:
     def write(self, record: Mapping[str, Any]) -> None:
         sid = record.session if type(record) is AuditRecord else str(record["session"])
         kept = self._by_session.get(sid)  # get and append are atomic: no lock on this path
-        if kept is None or (sid is not self._last and sid != self._last):
+        if kept is None or sid != self._last:
             kept = self._switch(sid)
         records = kept.records
         records.append(record)  # records are fresh: no copy
