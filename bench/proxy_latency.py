@@ -99,7 +99,7 @@ async def governance(store: str | None, calls: int, upstream: list[str] | None) 
     work alone, nothing else running); else a real JSON-RPC round trip to the upstream
     process (the same work beside the process it waits for, as in the proxy)."""
     import headway
-    from headway._mcp_calls import answer_json, govern
+    from headway._mcp_calls import Taken, Turns, answer_json, govern
     from headway.audit import JSONLSink, SQLiteAuditSink
 
     if store is None or store.endswith(".jsonl"):  # the memory path's audit, as in the proxy
@@ -109,6 +109,7 @@ async def governance(store: str | None, calls: int, upstream: list[str] | None) 
         audit = SQLiteAuditSink(store, background=True)  # as the proxy's
         gov = headway.Governor(headway.SQLiteStore(store), audit=[audit], share_sessions=False)
     session = gov.session("bench")
+    turns, taken = Turns(0, time.monotonic), Taken()  # no idle turns, as a relay with 0
     rpc = await _raw_client(upstream) if upstream else None
     times: list[float] = []
     for i in range(calls + 20):
@@ -126,7 +127,7 @@ async def governance(store: str | None, calls: int, upstream: list[str] | None) 
             return answer["result"]
 
         start = time.perf_counter()
-        out = await govern(session, "echo", {"text": text}, {}, forward)
+        out = await govern(session, "echo", {"text": text}, {}, forward, turns, taken)
         assert isinstance(out, headway.Outcome)
         answer_json(out, None, session.id)
         times.append(time.perf_counter() - start - spent[0])
