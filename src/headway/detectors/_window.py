@@ -90,6 +90,11 @@ class Window(Sequence[Observation]):
     def __reversed__(self) -> Iterator[Observation]:
         return reversed(self.steps)
 
+    @property
+    def maxlen(self) -> int | None:
+        """How many steps the window holds."""
+        return self.steps.maxlen
+
     def recent(self, n: int) -> list[Observation]:
         """The last ``n`` steps, oldest first."""
         return list(self.steps)[-n:]
@@ -175,8 +180,8 @@ class Window(Sequence[Observation]):
             step.status is not CACHED and step.status is not CORRECTED
         ):
             self.last_of_key[step.key] = step
-        if step.nlen >= SHORT and not self.pushed & 1 and not self.plugged:
-            self.retire()  # a walk of the window: after every other long result
+        if step.nlen >= SHORT and not self.plugged:
+            self.retire()
 
     def _count(self, step: Observation) -> None:
         _add(self.keys, step.key)
