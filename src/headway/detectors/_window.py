@@ -180,8 +180,8 @@ class Window(Sequence[Observation]):
             step.status is not CACHED and step.status is not CORRECTED
         ):
             self.last_of_key[step.key] = step
-        if step.nlen >= SHORT and not self.plugged:
-            self.retire()
+        if step.nlen >= SHORT and not self.pushed & 1 and not self.plugged:
+            self.retire()  # after every other long result, as session records were written
 
     def _count(self, step: Observation) -> None:
         _add(self.keys, step.key)
