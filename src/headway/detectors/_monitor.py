@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._spec import ToolSpec
-from ..outcome import EXECUTED, Status
+from ..outcome import CACHED, CORRECTED, EXECUTED, Status
 from ..similarity import Normalizer
 from . import _decide, _record
 from ._cycle import Cycle, cycle_of
@@ -27,8 +27,12 @@ from ._repeated_error import RepeatedError
 from ._same_result import SameResult
 from ._window import Window
 
-# Signals: what each step shows (semantics §3). A new signal is one more object here.
-SIGNALS: tuple[Detector, ...] = (Repeat(), Cycle(), SameResult(), NearDuplicate())
+# Signals (semantics §3) of the call, read on every step, and of its result, read on a
+# step that has one (not one served from the cache or corrected). A new signal is one
+# more object in one of these.
+CALL_SIGNALS: tuple[Detector, ...] = (Repeat(), Cycle())
+RESULT_SIGNALS: tuple[Detector, ...] = (SameResult(), NearDuplicate())
+SIGNALS = CALL_SIGNALS + RESULT_SIGNALS
 # Marks: the step's progress mark (§4.1), from the signals and the plug-ins before them.
 MARKS: tuple[Detector, ...] = (RepeatedError(), ProgressMark())
 # A monitor runs SIGNALS, then the session's plug-ins (``detectors=``), then MARKS.
@@ -38,7 +42,7 @@ DEFAULT_DETECTORS: tuple[Detector, ...] = SIGNALS + MARKS
 class Monitor:
     """One session's (or agent's) detectors over its window."""
 
-    __slots__ = ("detectors", "limit", "reader", "window")
+    __slots__ = ("detectors", "limit", "reader", "served", "window")
 
     def __init__(
         self,
@@ -52,11 +56,9 @@ class Monitor:
         self.limit = limit
         self.reader = Reader(normalizers)
         self.window = Window(window, threshold=threshold, plugged=bool(detectors))
-        self.detectors: tuple[Detector, ...] = (
-            *SIGNALS,
-            *(PlugIn(d) for d in detectors),
-            *MARKS,
-        )
+        plugins = tuple(PlugIn(d) for d in detectors)
+        self.detectors = (*CALL_SIGNALS, *RESULT_SIGNALS, *plugins, *MARKS)
+        self.served = (*CALL_SIGNALS, *plugins, *MARKS)  # for a step with no result of its own
 
     @property
     def last_progress_step(self) -> int | None:
@@ -142,7 +144,8 @@ class Monitor:
         window = self.window
         step.spec, step.value = spec, value
         signals: dict[str, Any] = {}
-        for detector in self.detectors:
+        served = step.status is CACHED or step.status is CORRECTED
+        for detector in self.served if served else self.detectors:
             found = detector.observe(step, window)
             if found:
                 signals.update(found)

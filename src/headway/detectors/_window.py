@@ -161,8 +161,9 @@ class Window(Sequence[Observation]):
     # -- a judged step joins the window --------------------------------------------------
 
     def push(self, step: Observation) -> None:
-        if len(self.steps) == self.steps.maxlen:
-            self._evict(self.steps[0])
+        old = self.steps[0] if len(self.steps) == self.steps.maxlen else None
+        if old is not None:
+            self._evict(old)
         if self.steps:
             self.steps[-1]._compact()
         for o in self.held:
@@ -174,7 +175,8 @@ class Window(Sequence[Observation]):
         self._count(step)
         if step.nlen >= 0 and step.units:
             self.page = step
-        self.units.fit(self.steps)
+        if step.units or (old is not None and old.units):
+            self.units.fit(self.steps)  # the units counted changed: resize if need be
         # the last result of the call (a served one repeats it)
         if self.last_of_key.get(step.key) is None or (
             step.status is not CACHED and step.status is not CORRECTED
@@ -184,12 +186,13 @@ class Window(Sequence[Observation]):
             self.retire()  # after every other long result, as session records were written
 
     def _count(self, step: Observation) -> None:
-        _add(self.keys, step.key)
+        self.keys[step.key] = self.keys.get(step.key, 0) + 1
         if step.nlen >= 0:
-            _add(self.norms, step.nkey)
+            self.norms[step.nkey] = self.norms.get(step.nkey, 0) + 1
             if step.probe:
-                _add(self.probes, step.probe)
-            self.units.add(step.units)
+                self.probes[step.probe] = self.probes.get(step.probe, 0) + 1
+            if step.units:
+                self.units.add(step.units)
 
     def _evict(self, old: Observation) -> None:
         """The oldest step leaves the window: uncount it."""
@@ -200,7 +203,8 @@ class Window(Sequence[Observation]):
             _remove(self.norms, old.nkey)
             if old.probe:
                 _remove(self.probes, old.probe)
-            self.units.remove(old.units)
+            if old.units:
+                self.units.remove(old.units)
             if self.page is old:
                 self.page = None
 
@@ -233,10 +237,6 @@ class Window(Sequence[Observation]):
                 and o is not self.page
             ):
                 o._retire()
-
-
-def _add(counts: dict[Any, int], item: Any) -> None:
-    counts[item] = counts.get(item, 0) + 1
 
 
 def _remove(counts: dict[Any, int], item: Any) -> None:
