@@ -21,7 +21,7 @@ for a shared session as a record (``_record``).
 
 from ._cycle import Cycle
 from ._decide import Verdict
-from ._monitor import DEFAULT_DETECTORS, MARKS, SIGNALS, Monitor
+from ._monitor import CALL_SIGNALS, DEFAULT_DETECTORS, MARKS, RESULT_SIGNALS, SIGNALS, Monitor
 from ._near_duplicate import NearDuplicate
 from ._observation import Mark, Observation
 from ._progress import ProgressMark
@@ -32,8 +32,10 @@ from ._same_result import SameResult
 from ._window import Window
 
 __all__ = [
+    "CALL_SIGNALS",
     "DEFAULT_DETECTORS",
     "MARKS",
+    "RESULT_SIGNALS",
     "SIGNALS",
     "Cycle",
     "Detector",

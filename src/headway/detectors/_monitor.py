@@ -1,5 +1,6 @@
-"""The detectors a step goes through, in order (``SIGNALS``, the session's plug-ins,
-``MARKS``), and ``Monitor``: one session's I/O-free judge over its window.
+"""The detectors a step goes through, in order (``CALL_SIGNALS``, ``RESULT_SIGNALS``, the
+session's plug-ins, ``MARKS``), and ``Monitor``: one session's I/O-free judge over its
+window.
 
 The pipeline asks the monitor twice per call: ``before()`` (should this call be
 corrected instead of run?) and ``after()`` (run the detectors over the step, then
@@ -27,16 +28,16 @@ from ._repeated_error import RepeatedError
 from ._same_result import SameResult
 from ._window import Window
 
-# Signals (semantics §3) of the call, read on every step, and of its result, read on a
-# step that has one (not one served from the cache or corrected). A new signal is one
-# more object in one of these.
+# The detectors, in the order a step goes through them. Signals (semantics §3) of the
+# call are read on every step, signals of its result on a step that has one (not one
+# served from the cache or corrected); then the session's plug-ins (``detectors=``);
+# then the marks (§4.1), which read what the signals and plug-ins found. A new signal is
+# one more object in CALL_SIGNALS or RESULT_SIGNALS.
 CALL_SIGNALS: tuple[Detector, ...] = (Repeat(), Cycle())
 RESULT_SIGNALS: tuple[Detector, ...] = (SameResult(), NearDuplicate())
-SIGNALS = CALL_SIGNALS + RESULT_SIGNALS
-# Marks: the step's progress mark (§4.1), from the signals and the plug-ins before them.
 MARKS: tuple[Detector, ...] = (RepeatedError(), ProgressMark())
-# A monitor runs SIGNALS, then the session's plug-ins (``detectors=``), then MARKS.
-DEFAULT_DETECTORS: tuple[Detector, ...] = SIGNALS + MARKS
+SIGNALS = CALL_SIGNALS + RESULT_SIGNALS
+DEFAULT_DETECTORS = SIGNALS + MARKS
 
 
 class Monitor:
