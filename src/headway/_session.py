@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any, TypeVar, Unpack, overload
 
 from . import _epochs, _pipeline, _shared
-from ._call import describe
 from ._canonical import canonical_json
+from ._context import Context
 from ._effects import Flights, drive_async, drive_sync
 from ._recent import Recent
 from ._redact import DEFAULT_NAMES, scrub
@@ -197,10 +197,42 @@ class Governor:
         # names whose spec headway declared itself (the default, MCP hints): not the
         # operator's choice, so a later register() replaces it without replace=True
         self._declared: set[str] = set()
-        self._session_cache = False  # any tool caching per session (writes must invalidate)
+        self._session_cached: set[str] = set()  # tools caching per session
         self._sessions: dict[str, SessionState] = {}
         self._sessions_lock = threading.Lock()
         self.closed = False
+        self.context = Context(
+            specs=self._specs,
+            declare=self._declare,
+            session_cached=self._session_cached,
+            ignore_fields=self.ignore_fields,
+            store=self.store,
+            namespace=namespace,
+            workspace=workspace,
+            clock=self.clock,
+            timer=self.timer,
+            sleep=sleep,
+            rng=rng,
+            enforce=enforce,
+            max_cached_bytes=max_cached_bytes,
+            cache_gc_s=cache_gc_s,
+            idempotency_ttl_s=idempotency_ttl_s,
+            session_ttl_s=self.session_ttl_s,
+            in_progress_wait_s=in_progress_wait_s,
+            lease_s=lease_s,
+            deadline_s=deadline_s,
+            store_failure=store_failure,
+            default_breaker=self.default_breaker,
+            on_retry=on_retry,
+            is_error=is_error,
+            sinks=self.sinks,
+            sink_modes=self.sink_modes,
+            writes=self.writes,
+            flights=self.flights,
+            held=self.held,
+            breakers=self.breakers,
+            breaker_lock=self.breaker_lock,
+        )
 
     @classmethod
     def from_config(cls, path: str | Path, **overrides: Any) -> Governor:
@@ -259,9 +291,10 @@ class Governor:
             )
         self._specs[name] = spec
         self._declared.discard(name)
-        self._session_cache = any(
-            s.cacheable() and s.scope == "session" for s in self._specs.values()
-        )
+        if spec.cacheable() and spec.scope == "session":
+            self._session_cached.add(name)
+        else:
+            self._session_cached.discard(name)
         return spec
 
     def _declare(self, name: str, annotations: Mapping[str, Any] | None = None) -> ToolSpec:
@@ -296,7 +329,7 @@ class Governor:
 
     def has_session_cache(self) -> bool:
         """Whether any registered tool keeps a session-scoped read cache."""
-        return self._session_cache
+        return bool(self._session_cached)
 
     def spec(self, name: str) -> ToolSpec | None:
         return self._specs.get(name)
@@ -349,7 +382,7 @@ class Governor:
                 st.make_monitor = make_monitor
                 # a store other processes share holds the session: every worker continues it
                 st.shared = self.store.blocking and self.share_sessions
-                st.epochs = _epochs.of(self, st)
+                st.epochs = _epochs.of(self.context, st, self.epochs)
                 if st.epochs is None:
                     self._load_generation(st)
                 self._sessions[run_id] = st
@@ -358,7 +391,7 @@ class Governor:
             elif no_progress_limit is not None:
                 st.no_progress_limit = no_progress_limit
         if st.shared:
-            _shared.fetch(self, st)  # other workers may have moved the run on
+            _shared.fetch(self.context, st)  # other workers may have moved the run on
         return Session(self, st)
 
     def _load_generation(self, st: SessionState) -> None:
@@ -384,16 +417,16 @@ class Governor:
         st.generation.update(epochs)
 
     def session_key(self, session_id: str) -> str:
-        return f"{self.namespace}:sess:{{{session_id}}}"
+        return self.context.session_key(session_id)
 
     def generation_key(self, session_id: str) -> str:
-        return f"{self.namespace}:gen:{{{session_id}}}"
+        return self.context.generation_key(session_id)
 
     def idempotency_record_key(self, key: str) -> str:
-        return f"{self.namespace}:idem:{{{key}}}"
+        return self.context.idempotency_record_key(key)
 
     def breaker_key(self, tool: str) -> str:
-        return f"{self.namespace}:breaker:{{{tool}}}"
+        return self.context.breaker_key(tool)
 
     def breaker_state(self, tool: str) -> str:
         """'closed', 'open' or 'half_open'."""
@@ -411,7 +444,7 @@ class Governor:
         return []
 
     def report_sink_error(self, sink: AuditSink, exc: Exception) -> None:
-        log.error("audit sink %s failed: %s", type(sink).__name__, scrub(describe(exc)))
+        self.context.report_sink_error(sink, exc)
 
     def close(self) -> None:
         """Close the store (its connections); calls on its sessions then raise ClosedError."""
@@ -431,6 +464,7 @@ class Session:
 
     def __init__(self, gov: Governor, state: SessionState) -> None:
         self.governor = gov
+        self._ctx = gov.context
         self._st = state
         self.closed = False
 
@@ -488,10 +522,10 @@ class Session:
         """
         if self.closed or self.governor.closed:
             self._check_open()
-        gov = self.governor
+        ctx = self._ctx
         try:
             c = _pipeline.begin(
-                gov,
+                ctx,
                 self._st,
                 name,
                 {} if args is None else args,
@@ -503,7 +537,7 @@ class Session:
             )
             if isinstance(c, Outcome):
                 return c
-            return drive_sync(_pipeline.plan(gov, self._st, c), gov.sleep or time.sleep)
+            return drive_sync(_pipeline.plan(ctx, self._st, c), ctx.sleep or time.sleep)
         except (Stop, ArgumentError, KeyReuseError) as exc:
             self._refused(name, args, exc, agent, call_id)
             raise
@@ -522,10 +556,10 @@ class Session:
         """``call`` for async code: async tools are awaited, sync tools run in a thread."""
         if self.closed or self.governor.closed:
             self._check_open()
-        gov = self.governor
+        ctx = self._ctx
         try:
             c = _pipeline.begin(
-                gov,
+                ctx,
                 self._st,
                 name,
                 {} if args is None else args,
@@ -537,7 +571,7 @@ class Session:
             )
             if isinstance(c, Outcome):
                 return c
-            return await drive_async(_pipeline.plan(gov, self._st, c), gov.sleep or asyncio.sleep)
+            return await drive_async(_pipeline.plan(ctx, self._st, c), ctx.sleep or asyncio.sleep)
         except (Stop, ArgumentError, KeyReuseError) as exc:
             self._refused(name, args, exc, agent, call_id)
             raise
@@ -579,21 +613,21 @@ class Session:
     def record_turn(self, *, tokens: int = 0, cost: float = 0.0) -> None:
         """Report one model turn; the next call stops if a turn, token or cost budget ran out."""
         self._check_open()
-        gov, st = self.governor, self._st
-        check_stop(gov, st)
+        ctx, st = self._ctx, self._st
+        check_stop(ctx, st)
 
         def count() -> None:
             reached = st.meter.count_turn(tokens, cost)
             if reached is not None:
                 step = max(st.steps - 1, 0)
                 reach(
-                    gov,
+                    ctx,
                     st,
                     BudgetExceeded(diagnostic(*reached, step, st.monitor.last_progress_step)),
                 )
 
         if st.shared:
-            _shared.run_now(gov, st, count)
+            _shared.run_now(ctx, st, count)
             return
         with st.lock:
             count()
@@ -613,7 +647,7 @@ class Session:
                 st.would_stop = None  # shadow mode: the stop that would have been lifted
 
         if st.shared:
-            _shared.run_now(self.governor, st, reset)
+            _shared.run_now(self._ctx, st, reset)
             return
         with st.lock:
             reset()
