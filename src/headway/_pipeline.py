@@ -27,9 +27,10 @@ from ._call import Call, describe, identity, recordable, result_text
 from ._canonical import canonical_json, digest
 from ._effects import Blocking, Plan, Sleep, Wait
 from ._fingerprint import OnArgument
-from ._settle import bump, check_stop, settle, settle_shared
-from ._shared import Moved, counts_calls, refresh, reserve, take
+from ._settle import bump, settle, settle_shared
+from ._shared import Moved, refresh, reserve
 from ._spec import ToolSpec
+from ._steps import check_stop, counts_calls, take
 from .audit import summarize
 from .errors import ArgumentError
 from .idempotency import flush, step_key, unkeyed_key, with_rider

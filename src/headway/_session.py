@@ -21,9 +21,9 @@ from ._context import Context
 from ._effects import Flights, drive_async, drive_sync
 from ._recent import Recent
 from ._redact import DEFAULT_NAMES, scrub
-from ._settle import check_stop, reach
 from ._spec import ToolOptions, ToolSpec, error_result, make_spec, options_from_mcp
 from ._state import SessionState
+from ._steps import check_stop, reach
 from .audit import AuditSink, MemoryAudit, refusal_record
 from .breaker import Breaker
 from .budgets import Budgets, diagnostic

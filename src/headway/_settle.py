@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from . import _shared
 from ._call import Call, result_text
 from ._canonical import digest, sha256_of
+from ._steps import reach, take
 from .audit import AuditRecord, args_field, summarize
 from .budgets import diagnostic
 from .errors import BudgetExceeded, LoopDetected, Stop
@@ -39,27 +40,6 @@ _LARGE = 4096  # characters of arguments or result past which a record is made a
 _PLAIN = (False, None, None, None, "closed", None, (), False, None, None, None)
 
 
-def reach(ctx: Context, st: SessionState, stop: Stop) -> None:
-    """A limit was reached: the session stops (shadow mode: records what would have)."""
-    if ctx.enforce:
-        st.stop = st.stop or stop
-    else:
-        st.would_stop = st.would_stop or stop.diagnostic
-
-
-def check_stop(ctx: Context, st: SessionState, now: float | None = None) -> None:
-    """Raise the session's stop, if any; check the wall clock."""
-    if st.stop is None and st.meter.budgets.wall_clock_s is None:
-        return
-    if now is None:
-        now = ctx.clock()
-    over = st.meter.wall_clock(now) if st.stop is None else None
-    if over is not None:
-        reach(ctx, st, BudgetExceeded(diagnostic(*over, st.steps, st.monitor.last_progress_step)))
-    if st.stop is not None:
-        raise type(st.stop)(st.stop.diagnostic)
-
-
 def settle(ctx: Context, st: SessionState, c: Call) -> Outcome:
     now = ctx.clock()
     with st.lock:
@@ -83,7 +63,7 @@ def settle_shared(ctx: Context, st: SessionState, c: Call, seen: Any = None) -> 
     def take_and_judge() -> _Judged:
         if st.epoch != seen:
             raise _shared.Moved
-        _shared.take(ctx, st, c)
+        take(ctx, st, c)
         return _judge(ctx, st, c, now)
 
     judged = yield from _shared.update(ctx, st, c, take_and_judge, rounds=1)

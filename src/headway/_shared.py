@@ -30,7 +30,8 @@ I/O, so a change can be applied again). The local state is a cache of the record
 worker that wrote the record last needs no read before its next swap.
 
 The store failing mid-session degrades to the local state (flagged in the audit); no
-exception leaves ``call()`` for it.
+exception leaves ``call()`` for it. The record's text is ``_session_record``'s; counting
+a step against the budgets is ``_steps``'.
 """
 
 from __future__ import annotations
@@ -41,15 +42,14 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-import orjson
-
 from . import _epochs
 from ._call import Call, describe
 from ._effects import Blocking, Plan, Sleep, Wait, drive_sync
 from ._epochs import trip
 from ._redact import scrub
-from .budgets import Meter, diagnostic
-from .errors import BudgetExceeded, LoopDetected, Stop
+from ._session_record import STOPS, dump, load
+from ._steps import check_stop, take
+from .errors import LoopDetected, Stop
 from .idempotency import flush, with_rider
 from .stores._base import Op, batch, in_one_trip
 
@@ -61,111 +61,6 @@ T = TypeVar("T")
 log = logging.getLogger("headway")
 
 _ROUNDS = 64  # swaps tried per change before the call goes on with the local state
-_MAX_AGENTS = 64  # agents whose detector streams the record keeps (the most recent)
-_STOPS: dict[str, type[Stop]] = {"loop": LoopDetected, "budget": BudgetExceeded}
-
-
-def dump(st: SessionState, now: float) -> str:
-    """The session record, bounded by the window, not by the length of the run.
-
-    Stored as one JSON text (a string value): a swap compares the text this worker wrote
-    or read, never a value encoded again, and the detector steps are encoded once each."""
-    m = st.meter
-    stop = st.stop
-    agents = list(st.agents.items())[-_MAX_AGENTS:]
-    record = {
-        "ver": st.version + 1,  # newer than every record seen here (``_load``)
-        "t": now,
-        "steps": st.steps,
-        "stop": None
-        if stop is None
-        else ["loop" if isinstance(stop, LoopDetected) else "budget", stop.diagnostic],
-        "prov": st.provisional,
-        "would": st.would_stop,
-        # copies: the record must not change with the live state after it is written
-        "meter": [m.started, m.turns, m.calls, m.tokens, m.cost, dict(m.per_tool), dict(m.retries)],
-        "gen": dict(st.generation),
-        "uw": dict(st.unknown_writes),
-        "us": dict(st.unknown_steps),
-        "mon": st.monitor.snapshot(),
-        "agents": {name: mon.snapshot() for name, mon in agents},
-    }
-    return orjson.dumps(record).decode()
-
-
-def load(st: SessionState, rec: Any, now: float, floor: int | None = None) -> None:
-    """Make the local state the record's (None: a run seen for the first time, or expired).
-    A record this version cannot read starts the run afresh; the next swap replaces it.
-
-    A record older than one seen here is refused: a rollback when it is older than
-    ``floor`` too (the newest version seen before it was read; None: all seen so far),
-    else a read that crossed a newer write of this process (ignored)."""
-    try:
-        if rec is not None and not isinstance(rec, str):
-            raise TypeError(f"a session record is a JSON text, not {type(rec).__name__}")
-        _load(st, rec, now, st.version if floor is None else floor)
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
-        log.warning("unreadable session record (%s): %s", st.session_id, scrub(describe(exc)))
-        _load(st, None, now, st.version)
-        st.remote = rec
-
-
-def _load(st: SessionState, text: str | None, now: float, floor: int) -> None:
-    rec: Any = None if text is None else orjson.loads(text)
-    if rec is not None:
-        version = rec.get("ver", 0)  # absent from records of older versions
-        if type(version) is not int:
-            raise TypeError("a session record's version is an integer")
-        if floor <= version < st.version:
-            return  # read before a newer write of this process landed: nothing to learn
-        if version < st.version:  # an older copy restored: the next swap replaces it
-            st.remote = text
-            log.warning(
-                "session record rolled back (%s): version %d, older than version %d seen "
-                "here; this worker's state is kept",
-                st.session_id,
-                version,
-                st.version,
-            )
-            return
-        st.version = version
-    st.remote = text
-    unsynced = st.meter.unsynced
-    if text is None:
-        st.steps, st.stop, st.provisional, st.would_stop = 0, None, None, None
-        st.meter = Meter(st.meter.budgets, now)
-        st.meter.unsynced = unsynced
-        st.generation.clear()
-        # an epoch no earlier entry can have: a run that starts again never reads a stale cache
-        st.generation["*"] = int(now * 1000)
-        st.unknown_writes.clear()
-        st.unknown_steps.clear()
-        if st.make_monitor is not None:
-            st.monitor = st.make_monitor()
-        st.agents.clear()
-        st.epoch += 1
-        return
-    st.steps = rec["steps"]
-    stop = rec["stop"]
-    st.stop = None if stop is None else _STOPS[stop[0]](stop[1])
-    st.provisional, st.would_stop = rec["prov"], rec["would"]
-    started, turns, calls, tokens, cost, per_tool, retries = rec["meter"]
-    m = st.meter = Meter(st.meter.budgets, started)
-    m.turns, m.calls, m.tokens, m.cost, m.per_tool = turns, calls, tokens, cost, dict(per_tool)
-    m.retries, m.unsynced = dict(retries), unsynced
-    for tool, n in unsynced.items():  # retries counted here that no swap carried yet
-        m.retries[tool] = m.retries.get(tool, 0) + n
-    st.generation.clear()
-    st.generation.update(rec["gen"])
-    st.epoch += 1  # cache-key prefixes remembered from the older epochs are stale
-    st.unknown_writes.clear()
-    st.unknown_writes.update(rec["uw"])
-    st.unknown_steps.clear()
-    st.unknown_steps.update(rec.get("us", {}))  # absent from records of older versions
-    st.monitor.restore(rec["mon"])
-    st.agents.clear()
-    for name, snap in rec["agents"].items():
-        st.monitor_of(name).restore(snap)
 
 
 _UNREAD = object()
@@ -343,7 +238,7 @@ def _stop_kept_apart(ctx: Context, st: SessionState) -> None:
     record was rolled back to a copy from before it (a worker that saw nothing else)."""
     ep = st.epochs
     kept = None if ep is None or ep.value is None or ctx.workspace else ep.value.get("s")
-    if kept is None or st.stop is not None or st.version >= kept[2] or kept[0] not in _STOPS:
+    if kept is None or st.stop is not None or st.version >= kept[2] or kept[0] not in STOPS:
         return
     log.warning(
         "session record rolled back (%s): version %d, older than version %d that holds "
@@ -352,24 +247,7 @@ def _stop_kept_apart(ctx: Context, st: SessionState) -> None:
         st.version,
         kept[2],
     )
-    st.stop = _STOPS[kept[0]](kept[1])
-
-
-def take(ctx: Context, st: SessionState, c: Call) -> None:
-    """Take the call's step: raise the session's stop, or count the step against the
-    budgets. A step that reaches a budget stops the session at once (every worker's next
-    call raises), so concurrent calls never run past the budget."""
-    from ._settle import check_stop
-
-    check_stop(ctx, st)
-    index = st.steps
-    st.steps += 1
-    reached = st.meter.count_call(c.spec.name)
-    c.index, c.reached = index, reached
-    if reached is not None and ctx.enforce and st.stop is None:
-        # provisional: settling this step writes the diagnostic it ends with
-        st.stop = BudgetExceeded(diagnostic(*reached, index, st.monitor.last_progress_step))
-        st.provisional = index
+    st.stop = STOPS[kept[0]](kept[1])
 
 
 def reserve(ctx: Context, st: SessionState, c: Call, seen: Any = None) -> Plan[bool]:
@@ -396,8 +274,6 @@ def refresh(ctx: Context, st: SessionState, c: Call, seen: Any = None) -> Plan[b
     cheaper than a swap) and raise its stop, if any; the step is taken when it settles.
     True when the cache epochs are still ``seen``. (With call budgets, ``reserve`` takes the
     step before the call runs, so concurrent calls never run past the budget.)"""
-    from ._settle import check_stop
-
     entered = st.turns.entered
     floor = st.version
     key = ctx.session_key(st.session_id)
@@ -435,12 +311,6 @@ def _unmark(st: SessionState, c: Call) -> None:
     """A write that will not run: the pending mark of its epochs goes (next publication)."""
     if c.epoch_token is not None and st.epochs is not None:
         _epochs.owe_finish(st.epochs, c, ())
-
-
-def counts_calls(st: SessionState) -> bool:
-    """Whether the session has a budget on the number of calls (exact across workers)."""
-    b = st.meter.budgets
-    return b.tool_calls is not None or b.per_tool_calls is not None
 
 
 def run_now(ctx: Context, st: SessionState, change: Callable[[], T]) -> T:
