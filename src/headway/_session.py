@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, Unpack, overload
 
-from . import _epochs, _pipeline, _shared
+from . import _epochs, _pipeline, _reading, _shared
 from ._canonical import canonical_json
 from ._context import Context
 from ._effects import Flights, drive_async, drive_sync
@@ -188,7 +188,7 @@ class Governor:
         self.tool_config: dict[str, dict[str, Any]] = {}
         self.flights = Flights()
         # the cache entries this worker stored or served for its shared sessions' reads
-        self.held: Recent[str] = Recent(_pipeline.HELD)
+        self.held: Recent[str] = Recent(_reading.HELD)
         self.writes = Writes()
         self.breakers: dict[str, dict[str, Any]] = {}
         self.default_budgets: Budgets | None = None
