@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from ._state import SessionState
 
 _DIGITS = re.compile(r"\d+")
-_effect = tuple.__new__  # a NamedTuple from its full field tuple, without its __new__ frame
 _STATE_SEEN = {"allow": "closed", "probe": "half_open", "reject": "open"}
 
 
@@ -96,7 +95,7 @@ def execute(ctx: Context, st: SessionState, c: Call) -> Plan[None]:
         timeout = _timeout(ctx, spec, whole, start)
         c.attempts += 1
         try:
-            c.value = yield _effect(Attempt, (c.fn, c.args, timeout, c.fn_async))
+            c.value = yield Attempt(c.fn, c.args, timeout, c.fn_async)
         except (AttemptTimeout, TimeoutError) as exc:
             failure: BaseException = exc
             timed_out = True

@@ -230,8 +230,7 @@ class Session:
         ``call_id`` is the framework's id of this tool call, when it has one: it goes to
         the audit record (``call_id``) and the span (``gen_ai.tool.call.id``), nowhere else.
         """
-        if self.closed or self.governor.closed:
-            self._check_open()
+        self._check_open()
         ctx = self._ctx
         try:
             c = _pipeline.begin(
@@ -264,8 +263,7 @@ class Session:
         call_id: str | None = None,
     ) -> Outcome:
         """``call`` for async code: async tools are awaited, sync tools run in a thread."""
-        if self.closed or self.governor.closed:
-            self._check_open()
+        self._check_open()
         ctx = self._ctx
         try:
             c = _pipeline.begin(

@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 
 
 _WITH_TEXT = frozenset((EXECUTED, REPLAYED, FALLBACK))
-_outcome = tuple.__new__  # a NamedTuple built from its full field tuple: the cheapest way
 _WITH_VALUE = frozenset((EXECUTED, CACHED, REPLAYED, FALLBACK))
 _DIGEST_NOW = 1024  # characters of a result past which its record keeps only its digest
 _LARGE = 4096  # characters of arguments or result past which a record is made at once
@@ -154,19 +153,16 @@ def _judge(ctx: Context, st: SessionState, c: Call, now: float) -> _Judged:
 
 def _finish(ctx: Context, st: SessionState, c: Call, now: float, judged: _Judged) -> Outcome:
     index, mark, signals, correction, stop, budget, last_progress = judged
-    outcome: Outcome = _outcome(  # Outcome's fields in order, without its __new__ frame
-        Outcome,
-        (
-            c.status,
-            c.spec.name,
-            c.value if c.status in _WITH_VALUE else None,
-            c.executed,
-            c.error,
-            correction,
-            c.reconcile_key,
-            index,
-            c.attempts,
-        ),
+    outcome = Outcome(
+        c.status,
+        c.spec.name,
+        c.value if c.status in _WITH_VALUE else None,
+        c.executed,
+        c.error,
+        correction,
+        c.reconcile_key,
+        index,
+        c.attempts,
     )
     if ctx.sink_modes:
         reached_stop = stop.diagnostic if stop is not None else None
