@@ -1,12 +1,12 @@
 """``Context``: what the decision pipeline needs from a Governor, and nothing more.
 
-The Governor (``_session``) builds one when it is made and hands it to every call. The
-modules below it (``_pipeline``, ``_reading``, ``_steps``, ``_settle``, ``_record``,
-``_shared``, ``_attempts``, ``_epochs``, ``idempotency``) take it instead of the
-Governor, so none of them imports the module that opens sessions, and a reader sees here
+The Governor builds one when it is made (``_governor``) and hands it to every call. The
+modules below it (``_pipeline``, ``_reading``, ``_steps``, ``_settle``, ``_shared``,
+``_attempts``, ``_epochs``, ``idempotency``) take it instead of the Governor, so none of
+them imports the modules that make Governors and open sessions, and a reader sees here
 all that a call can reach: the tools, the store, the clocks, the policies and limits,
-the audit sinks, and the registries a call shares with the other calls of the
-Governor (breakers, single flights, held cache entries, the keyed writes).
+the audit sinks, and the registries a call shares with the other calls of its Governor
+(breakers, single flights, held cache entries, the keyed writes).
 
 The policies are frozen; the registries are the Governor's own mutable objects, shared
 by reference (the Governor registers tools into ``specs`` and ``session_cached``).
