@@ -42,8 +42,14 @@ TESTS = {
         )
     },
     "similarity": LOOPS,
-    "_session": LOOPS,
+    "_governor": LOOPS,
     "_pipeline": [
+        "tests/test_read_dedup.py",
+        "tests/test_mutation_pins.py",
+        "tests/test_budgets.py",
+        *LOOPS[:1],
+    ],
+    "_reading": [
         "tests/test_read_dedup.py",
         "tests/test_mutation_pins.py",
         "tests/test_budgets.py",
@@ -68,7 +74,7 @@ TESTS = {
 # (module, what the mutant breaks, text in the module, replacement)
 MUTANTS: list[tuple[str, str, str, str]] = [
     (
-        "_session",
+        "_governor",
         "near-duplicate threshold 0.75 -> 0.90",
         "similarity: float = 0.75",
         "similarity: float = 0.90",
@@ -182,25 +188,25 @@ MUTANTS: list[tuple[str, str, str, str]] = [
         '            step.mark = "neutral"\n            step.duplicate = step.unchanged = True',
     ),
     (
-        "_pipeline",
+        "_reading",
         "TTL boundary < -> <=",
         "return 0 <= age < spec.ttl",
         "return 0 <= age <= spec.ttl",
     ),
     (
-        "_pipeline",
+        "_reading",
         "errors cached",
         "if c.status is EXECUTED and recordable(c):",
         "if recordable(c):",
     ),
     (
-        "_pipeline",
+        "_reading",
         "results over the size limit cached",
-        "if len(c.text) <= gov.max_cached_bytes:",
+        "if len(c.text) <= ctx.max_cached_bytes:",
         "if True:",
     ),
     (
-        "_pipeline",
+        "_reading",
         "uncached reads never corrected",
         "if (fresh is not None or not spec.ttl) and",
         "if fresh is not None and",
@@ -224,13 +230,13 @@ MUTANTS: list[tuple[str, str, str, str]] = [
         "    if False:\n        # the step is taken",
     ),
     (
-        "_pipeline",
+        "_reading",
         "a parallel batch's late identical read is a repeat",
-        "if fresh is not None and gov.enforce and st.in_batch(c.key):",
+        "if fresh is not None and ctx.enforce and st.in_batch(c.key):",
         "if False:",
     ),
     (
-        "_pipeline",
+        "_reading",
         "sessions share their cache",
         'else st.session_id + "#" + _generation',
         'else "s#" + _generation',

@@ -27,16 +27,15 @@ from .retry import (
 )
 
 if TYPE_CHECKING:
-    from ._session import Governor
+    from ._context import Context
     from ._state import SessionState
 
 _DIGITS = re.compile(r"\d+")
-_effect = tuple.__new__  # a NamedTuple from its full field tuple, without its __new__ frame
 _STATE_SEEN = {"allow": "closed", "probe": "half_open", "reject": "open"}
 
 
-def _policy(gov: Governor, c: Call) -> Retry:
-    if not gov.enforce:
+def _policy(ctx: Context, c: Call) -> Retry:
+    if not ctx.enforce:
         return NO_RETRY
     spec = c.spec
     safe = c.effect == "read" or spec.idempotent or c.idem_key is not None
@@ -45,23 +44,23 @@ def _policy(gov: Governor, c: Call) -> Retry:
     return spec.retry if isinstance(spec.retry, Retry) else DEFAULT_RETRY
 
 
-def _breaker(gov: Governor, spec: ToolSpec) -> brk.Breaker | None:
-    if not gov.enforce or spec.breaker is False:
+def _breaker(ctx: Context, spec: ToolSpec) -> brk.Breaker | None:
+    if not ctx.enforce or spec.breaker is False:
         return None
-    return spec.breaker if isinstance(spec.breaker, brk.Breaker) else gov.default_breaker
+    return spec.breaker if isinstance(spec.breaker, brk.Breaker) else ctx.default_breaker
 
 
-def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
+def execute(ctx: Context, st: SessionState, c: Call) -> Plan[None]:
     """Run the tool: attempts with timeouts, retries when eligible, breaker around each."""
     spec = c.spec
-    policy = _policy(gov, c)
-    b = _breaker(gov, spec)
+    policy = _policy(ctx, c)
+    b = _breaker(ctx, spec)
     # the whole call's bound, the same for every attempt (an inline tool needs it only
     # when a retry is due)
-    bound = _deadline(gov, policy) if spec.timeout is not None else None
-    start = gov.timer() if c.began is None else c.began  # a reconcile may have begun it
+    bound = _deadline(ctx, policy) if spec.timeout is not None else None
+    start = ctx.timer() if c.began is None else c.began  # a reconcile may have begun it
     whole = bound if spec.timeout is not None else policy.deadline_s
-    if c.began is not None and whole is not None and gov.timer() - start >= whole:
+    if c.began is not None and whole is not None and ctx.timer() - start >= whole:
         c.status, c.value = ERROR, None
         c.error = error_info(
             "deadline_reached",
@@ -73,30 +72,30 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
         return
     while True:
         # a retry never starts on a claim that may have expired: renew it first
-        if c.held is not None and c.attempts and not (yield from _renewed(gov, c)):
+        if c.held is not None and c.attempts and not (yield from _renewed(ctx, c)):
             return
         probe = False
-        steady = b is not None and not b.shared and _steady(gov, b, spec.name)
+        steady = b is not None and not b.shared and _steady(ctx, b, spec.name)
         if steady:
             c.breaker = "closed"  # admit() would allow and change nothing
         elif b is not None:
             lease = b.probe_lease_s or spec.timeout or 60.0
-            now = gov.clock() if b.shared else gov.timer()
+            now = ctx.clock() if b.shared else ctx.timer()
             admit = lambda s, n=now, le=lease: brk.admit(b, s, n, le)  # noqa: E731
             decision, retry_after = (
-                (yield from breaker_update(gov, spec, b, admit))
+                (yield from breaker_update(ctx, spec, b, admit))
                 if b.shared
-                else local_update(gov, spec, admit)
+                else local_update(ctx, spec, admit)
             )
             c.breaker = _STATE_SEEN[decision]
             if decision == "reject":
                 _circuit_open(c, retry_after)
                 return
             probe = decision == "probe"
-        timeout = _timeout(gov, spec, whole, start)
+        timeout = _timeout(ctx, spec, whole, start)
         c.attempts += 1
         try:
-            c.value = yield _effect(Attempt, (c.fn, c.args, timeout, c.fn_async))
+            c.value = yield Attempt(c.fn, c.args, timeout, c.fn_async)
         except (AttemptTimeout, TimeoutError) as exc:
             failure: BaseException = exc
             timed_out = True
@@ -107,32 +106,32 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
             # cancellation and interrupts are never retried and never counted
             if b is not None:
                 yield from breaker_update(
-                    gov, spec, b, lambda s, p=probe: (brk.release(s, p), None)
+                    ctx, spec, b, lambda s, p=probe: (brk.release(s, p), None)
                 )
             raise
         else:
             c.status, c.executed, c.error = EXECUTED, True, None
-            if b is not None and not (steady and _steady(gov, b, spec.name)):
-                now = gov.clock() if b.shared else gov.timer()
+            if b is not None and not (steady and _steady(ctx, b, spec.name)):
+                now = ctx.clock() if b.shared else ctx.timer()
                 ok = lambda s, n=now, p=probe: (brk.record(b, s, True, p, n), None)  # noqa: E731
                 if b.shared:
-                    yield from breaker_update(gov, spec, b, ok)
+                    yield from breaker_update(ctx, spec, b, ok)
                 else:
-                    local_update(gov, spec, ok)
-            if _is_error_result(gov, c):  # the service answered: not a breaker failure
+                    local_update(ctx, spec, ok)
+            if _is_error_result(ctx, c):  # the service answered: not a breaker failure
                 _error_result(c)
             return
         c.executed = True
         verdict = _classify(spec.classify or default_classify, failure, timed_out, spec)
         if b is not None:
-            now = gov.clock() if b.shared else gov.timer()
+            now = ctx.clock() if b.shared else ctx.timer()
             if _ignored(b, failure, verdict, timed_out):
                 yield from breaker_update(
-                    gov, spec, b, lambda s, p=probe: (brk.release(s, p), None)
+                    ctx, spec, b, lambda s, p=probe: (brk.release(s, p), None)
                 )
             else:
                 yield from breaker_update(
-                    gov, spec, b, lambda s, n=now, p=probe: (brk.record(b, s, False, p, n), None)
+                    ctx, spec, b, lambda s, n=now, p=probe: (brk.record(b, s, False, p, n), None)
                 )
         c.value = None
         if c.effect == "write" and (timed_out or _may_have_acted(failure, verdict)):
@@ -140,11 +139,11 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
             _unknown(c, failure, timed_out)
             return
         _fail(c, _unwrapped(failure), verdict, timed_out)
-        elapsed = gov.timer() - start
-        delay = policy.next_delay(c.attempts, verdict, elapsed, gov.rng)
+        elapsed = ctx.timer() - start
+        delay = policy.next_delay(c.attempts, verdict, elapsed, ctx.rng)
         if delay is None:
             return
-        limit = bound if spec.timeout is not None else _deadline(gov, policy)
+        limit = bound if spec.timeout is not None else _deadline(ctx, policy)
         if limit is not None and elapsed + delay >= limit:
             c.flag("deadline_reached")
             return
@@ -153,38 +152,38 @@ def execute(gov: Governor, st: SessionState, c: Call) -> Plan[None]:
                 c.flag("retry_budget_exhausted")
                 return
             st.meter.count_retry(spec.name)
-        if gov.on_retry is not None:
+        if ctx.on_retry is not None:
             info = {"tool": spec.name, "attempt": c.attempts, "delay_s": delay, "error": c.error}
             try:
-                gov.on_retry(info)
+                ctx.on_retry(info)
             except Exception as exc:  # a hook must never break the call
                 c.flag(f"on_retry_failed: {describe(exc)}"[:200])
         if delay > 0:
             yield Sleep(delay)
 
 
-def _timeout(gov: Governor, spec: ToolSpec, deadline: float | None, start: float) -> float | None:
+def _timeout(ctx: Context, spec: ToolSpec, deadline: float | None, start: float) -> float | None:
     """An attempt's timeout: the tool's own, within what is left of ``deadline`` (a tool
     without a timeout runs inline: only its retry policy's deadline cuts it)."""
     timeout = spec.timeout
     if deadline is not None:
-        left = max(deadline - (gov.timer() - start), 0.001)
+        left = max(deadline - (ctx.timer() - start), 0.001)
         timeout = left if timeout is None else min(timeout, left)
     return timeout
 
 
-def reconcile_attempt(gov: Governor, c: Call, fn: Callable[..., Any], key: str) -> Attempt:
+def reconcile_attempt(ctx: Context, c: Call, fn: Callable[..., Any], key: str) -> Attempt:
     """The call of the tool's reconcile function (semantics §7): it has the tool's
     per-attempt timeout, within the call's deadline, which starts counting here (an
     execution it allows gets what is left)."""
     spec = c.spec
     if c.began is None:
-        c.began = gov.timer()
-    policy = _policy(gov, c)
-    deadline = _deadline(gov, policy) if spec.timeout is not None else policy.deadline_s
+        c.began = ctx.timer()
+    policy = _policy(ctx, c)
+    deadline = _deadline(ctx, policy) if spec.timeout is not None else policy.deadline_s
     is_async = inspect.iscoroutinefunction(fn)
     return Attempt(
-        functools.partial(fn, key, c.args), {}, _timeout(gov, spec, deadline, c.began), is_async
+        functools.partial(fn, key, c.args), {}, _timeout(ctx, spec, deadline, c.began), is_async
     )
 
 
@@ -220,13 +219,13 @@ def _unknown(c: Call, exc: BaseException, timed_out: bool) -> None:
     )
 
 
-def _steady(gov: Governor, b: brk.Breaker, tool: str) -> bool:
+def _steady(ctx: Context, b: brk.Breaker, tool: str) -> bool:
     """``brk.steady`` of this process's breaker of ``tool`` (closed when it never failed)."""
-    return brk.steady(b, gov.breakers.get(tool, brk.CLOSED))
+    return brk.steady(b, ctx.breakers.get(tool, brk.CLOSED))
 
 
-def _is_error_result(gov: Governor, c: Call) -> bool:
-    predicate = c.spec.is_error or gov.is_error
+def _is_error_result(ctx: Context, c: Call) -> bool:
+    predicate = c.spec.is_error or ctx.is_error
     if predicate is None:
         return False
     try:
@@ -264,17 +263,17 @@ def error_text(value: Any) -> str:
     return result_text(value)
 
 
-def _deadline(gov: Governor, policy: Retry) -> float | None:
+def _deadline(ctx: Context, policy: Retry) -> float | None:
     """The whole call's bound: the retry policy's ``deadline_s`` within the governor's."""
-    mine, whole = policy.deadline_s, gov.deadline_s
+    mine, whole = policy.deadline_s, ctx.deadline_s
     if mine is None or whole is None:
         return whole if mine is None else mine
     return min(mine, whole)
 
 
-def _renewed(gov: Governor, c: Call) -> Plan[bool]:
+def _renewed(ctx: Context, c: Call) -> Plan[bool]:
     try:
-        ok = yield Blocking(c.held.renew, (), gov.store.blocking)
+        ok = yield Blocking(c.held.renew, (), ctx.store.blocking)
     except Exception as exc:
         ok = False
         c.flag(f"store_error: {type(exc).__name__}: {describe(exc)}"[:300])
@@ -362,22 +361,22 @@ def _circuit_open(c: Call, retry_after: float) -> None:
     )
 
 
-def local_update(gov: Governor, spec: ToolSpec, fn: Any) -> Any:
+def local_update(ctx: Context, spec: ToolSpec, fn: Any) -> Any:
     """Apply a pure transition ``fn(state) -> (state, result)`` to this process's breaker."""
-    with gov.breaker_lock:
-        state = gov.breakers.get(spec.name, brk.CLOSED)
+    with ctx.breaker_lock:
+        state = ctx.breakers.get(spec.name, brk.CLOSED)
         new, result = fn(state)
         if new is not state:
-            gov.breakers[spec.name] = new
+            ctx.breakers[spec.name] = new
     return result
 
 
-def breaker_update(gov: Governor, spec: ToolSpec, b: brk.Breaker, fn: Any) -> Plan[Any]:
+def breaker_update(ctx: Context, spec: ToolSpec, b: brk.Breaker, fn: Any) -> Plan[Any]:
     """Apply a pure transition ``fn(state) -> (state, result)`` atomically."""
     if not b.shared:
-        return local_update(gov, spec, fn)
-    key = gov.breaker_key(spec.name)
-    store = gov.store
+        return local_update(ctx, spec, fn)
+    key = ctx.breaker_key(spec.name)
+    store = ctx.store
     for _ in range(1000):  # optimistic concurrency: retry on a lost compare-and-set
         try:
             current = yield Blocking(store.get, (key,), store.blocking)

@@ -42,7 +42,7 @@ from .stores._base import Op, batch, in_one_trip
 
 if TYPE_CHECKING:
     from ._call import Call
-    from ._session import Governor
+    from ._context import Context
     from ._state import SessionState
 
 # (kind, write token, epoch names, expiry of a start's mark | a stop's [kind, diagnostic,
@@ -107,25 +107,26 @@ def _valid(value: Any) -> bool:
     )
 
 
-def key_of(gov: Governor, st: SessionState) -> str | None:
+def key_of(ctx: Context, st: SessionState) -> str | None:
     """The epochs record of a session, or None: a session kept in this process alone, whose
     epochs are its own (``SessionState.generation``)."""
-    if gov.workspace is not None:
-        return f"{gov.namespace}:wep:ws:{{{gov.workspace}}}"
+    if ctx.workspace is not None:
+        return f"{ctx.namespace}:wep:ws:{{{ctx.workspace}}}"
     if st.shared:
-        return f"{gov.namespace}:wep:{{{st.session_id}}}"
+        return f"{ctx.namespace}:wep:{{{st.session_id}}}"
     return None
 
 
-def of(gov: Governor, st: SessionState) -> Epochs | None:
-    key = key_of(gov, st)
+def of(ctx: Context, st: SessionState, known: dict[str, Epochs]) -> Epochs | None:
+    """The epochs of a session being opened; ``known``: the Governor's, by record key."""
+    key = key_of(ctx, st)
     if key is None:
         return None
-    if gov.workspace is None:
+    if ctx.workspace is None:
         return Epochs(key)  # the session's own: kept with its state
-    found = gov.epochs.get(key)  # a workspace's: one for every session of the governor
+    found = known.get(key)  # a workspace's: one for every session of the governor
     if found is None:
-        found = gov.epochs.setdefault(key, Epochs(key))
+        found = known.setdefault(key, Epochs(key))
     return found
 
 
@@ -158,12 +159,12 @@ def _apply(value: dict[str, Any] | None, owed: list[Owed], now: float) -> dict[s
     return {"g": gen, "p": pending} if stop is None else {"g": gen, "p": pending, "s": stop}
 
 
-def owe_start(gov: Governor, ep: Epochs, c: Call, names: tuple[str, ...]) -> None:
+def owe_start(ctx: Context, ep: Epochs, c: Call, names: tuple[str, ...]) -> None:
     """Before a write runs: its epochs to bump and mark pending (``publish``, or riding
     with the session record's read: ``ride``)."""
     token = uuid.uuid4().hex
-    deadline = gov.deadline_s if gov.deadline_s is not None else 3600.0
-    expiry = gov.clock() + deadline + _MARGIN_S
+    deadline = ctx.deadline_s if ctx.deadline_s is not None else 3600.0
+    expiry = ctx.clock() + deadline + _MARGIN_S
     c.epoch_token = token
     with ep.lock:
         ep.owed.append(("start", token, names, expiry))
@@ -183,16 +184,16 @@ def owe_stop(ep: Epochs, stop: list[Any]) -> None:
         ep.owed.append(("stop", "", (), stop))
 
 
-def start(gov: Governor, ep: Epochs, c: Call, names: tuple[str, ...]) -> Plan[None]:
+def start(ctx: Context, ep: Epochs, c: Call, names: tuple[str, ...]) -> Plan[None]:
     """``owe_start``, published now."""
-    owe_start(gov, ep, c, names)
-    yield from publish(gov, ep, c)
+    owe_start(ctx, ep, c, names)
+    yield from publish(ctx, ep, c)
 
 
-def finish(gov: Governor, ep: Epochs, c: Call, names: tuple[str, ...]) -> Plan[None]:
+def finish(ctx: Context, ep: Epochs, c: Call, names: tuple[str, ...]) -> Plan[None]:
     """``owe_finish``, published now."""
     owe_finish(ep, c, names)
-    yield from publish(gov, ep, c)
+    yield from publish(ctx, ep, c)
 
 
 class Ride(NamedTuple):
@@ -204,7 +205,7 @@ class Ride(NamedTuple):
     ops: list[Op]
 
 
-def ride(gov: Governor, ep: Epochs | None) -> Ride | None:
+def ride(ctx: Context, ep: Epochs | None) -> Ride | None:
     """What this process owes on ``ep``, as two operations to append to a batch of the
     session record (no round trip of its own): a compare-and-set of the epochs record,
     and its read back when that fails. None: nothing owed, or a publication in flight
@@ -216,8 +217,8 @@ def ride(gov: Governor, ep: Epochs | None) -> Ride | None:
     if not owed:
         ep.turns.leave()
         return None
-    new = _apply(expected, owed, gov.clock())
-    ttl = gov.cache_gc_s
+    new = _apply(expected, owed, ctx.clock())
+    ttl = ctx.cache_gc_s
     first = (
         Op("add", ep.key, new, ttl_s=ttl)
         if expected is None
@@ -246,7 +247,7 @@ def landed(r: Ride | None, results: Sequence[Any] | None) -> None:
         ep.turns.leave()
 
 
-def publish(gov: Governor, ep: Epochs, c: Call | None) -> Plan[bool]:
+def publish(ctx: Context, ep: Epochs, c: Call | None) -> Plan[bool]:
     """Publish what this process owes on ``ep``; False (still owed) when the store failed."""
     wait = ep.turns.enter()
     if wait is not None:
@@ -256,13 +257,13 @@ def publish(gov: Governor, ep: Epochs, c: Call | None) -> Plan[bool]:
             ep.turns.give_up(wait)
             raise
     try:
-        return (yield from _publish(gov, ep, c))
+        return (yield from _publish(ctx, ep, c))
     finally:
         ep.turns.leave()
 
 
-def _publish(gov: Governor, ep: Epochs, c: Call | None) -> Plan[bool]:
-    store, ttl = gov.store, gov.cache_gc_s
+def _publish(ctx: Context, ep: Epochs, c: Call | None) -> Plan[bool]:
+    store, ttl = ctx.store, ctx.cache_gc_s
     unreadable = False
     for round_ in range(_ROUNDS):
         with ep.lock:
@@ -270,7 +271,7 @@ def _publish(gov: Governor, ep: Epochs, c: Call | None) -> Plan[bool]:
             expected = ep.value
         if not owed:
             return True
-        new = _apply(expected, owed, gov.clock())
+        new = _apply(expected, owed, ctx.clock())
         try:
             if expected is None and unreadable:
                 # a record there that no worker can read (tampered, or corrupt): replaced by
@@ -308,10 +309,10 @@ def trip(store: Any, ops: list[Op]) -> Blocking:
     return Blocking(batch, (store, ops), store.blocking)
 
 
-def create(gov: Governor, ep: Epochs) -> Plan[None]:
+def create(ctx: Context, ep: Epochs) -> Plan[None]:
     """The epochs record, absent (no write yet, or expired): made with an epoch no cache
     entry can have, unless another worker made it first."""
     new = _fresh()
-    ops = [Op("add", ep.key, new, ttl_s=gov.cache_gc_s), Op("get", ep.key, only_if=False)]
-    added, current = yield trip(gov.store, ops)
+    ops = [Op("add", ep.key, new, ttl_s=ctx.cache_gc_s), Op("get", ep.key, only_if=False)]
+    added, current = yield trip(ctx.store, ops)
     ep.seen(new if added else current)

@@ -1,65 +1,43 @@
-"""``Governor`` (tools, store, policies) and ``Session`` (one agent run).
+"""``Governor`` (opens sessions) and ``Session`` (one agent run: its calls and turns).
 
-``Session.call`` and ``Session.acall`` are thin drivers over the same I/O-free pipeline
-(``_pipeline.plan``): there is one decision path, not a sync and an async copy.
+The Governor's construction, its tools and the ``Context`` it hands every call are
+``_governor``'s. ``Session.call`` and ``Session.acall`` are thin drivers over the same
+I/O-free pipeline (``_pipeline.plan``): one decision path, not a sync and an async copy.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
-from typing import Any, TypeVar, Unpack, overload
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from . import _epochs, _pipeline, _shared
-from ._call import describe
 from ._canonical import canonical_json
-from ._effects import Flights, drive_async, drive_sync
-from ._recent import Recent
+from ._effects import drive_async, drive_sync
+from ._governor import GovernorBase
 from ._redact import DEFAULT_NAMES, scrub
-from ._settle import check_stop, reach
-from ._spec import ToolOptions, ToolSpec, error_result, make_spec, options_from_mcp
 from ._state import SessionState
-from .audit import AuditSink, MemoryAudit, refusal_record
-from .breaker import Breaker
+from ._steps import check_stop, reach
+from .audit import AuditSink, refusal_record
 from .budgets import Budgets, diagnostic
-from .detectors import Detector, Monitor
+from .detectors import Monitor
 from .errors import (
     ArgumentError,
     BudgetExceeded,
     ClosedError,
-    ConfigError,
     KeyReuseError,
     LoopDetected,
     Stop,
 )
-from .idempotency import Writes
 from .outcome import Outcome
-from .retry import default_rng
-from .similarity import DEFAULT_NORMALIZERS, Normalizer
-from .stores import MemoryStore, Store
 from .stores._base import check_key
-from .stores._signed import SignedStore
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _wall_clock() -> float:
-    return time.time()  # looked up on each call, so a patched time.time is honoured
-
-
-def _monotonic() -> float:
-    return time.monotonic()  # looked up on each call too
-
 
 log = logging.getLogger("headway")
 
 
-class Governor:
+class Governor(GovernorBase):
     """Holds the tools, the store and the policies; opens sessions.
 
     ``enforce=False`` is shadow mode (semantics §9): every call runs as if headway were
@@ -84,225 +62,6 @@ class Governor:
     (``share_sessions=False`` keeps it in this process, as with ``MemoryStore``). Its record
     expires ``session_ttl_s`` after the run's last call.
     """
-
-    def __init__(
-        self,
-        store: Store | None = None,
-        *,
-        enforce: bool = True,
-        no_progress_limit: int = 6,
-        window: int = 32,
-        namespace: str = "default",
-        task_limits: Mapping[str, int] | None = None,
-        normalizers: Sequence[Normalizer] = DEFAULT_NORMALIZERS,
-        similarity: float = 0.75,
-        detectors: Sequence[Detector] = (),
-        ignore_fields: Sequence[str] = (),
-        audit: Sequence[AuditSink] | None = None,
-        max_cached_bytes: int = 1_000_000,
-        cache_gc_s: float = 86_400.0,
-        idempotency_ttl_s: float = 86_400.0,
-        session_ttl_s: float = 86_400.0,
-        share_sessions: bool = True,
-        in_progress_wait_s: float = 5.0,
-        lease_s: float | None = None,
-        deadline_s: float | None = 120.0,
-        store_failure: str = "closed",
-        breaker: Breaker | None = None,
-        clock: Callable[[], float] | None = None,
-        sleep: Callable[[float], Any] | None = None,
-        rng: Callable[[], float] = default_rng,
-        on_retry: Callable[[dict[str, Any]], None] | None = None,
-        agent: str | None = None,
-        is_error: Callable[[Any], bool] | None = error_result,
-        secret: str | None = None,
-        workspace: str | None = None,
-        idle_turn_s: float | None = 120.0,
-    ) -> None:
-        if secret is None:
-            secret = os.environ.get("HEADWAY_SECRET") or None
-        elif not isinstance(secret, str) or not secret:
-            raise ConfigError("secret must be a non-empty string (or None: no record integrity)")
-        if no_progress_limit < 1 or window < 2:
-            raise ConfigError("no_progress_limit must be >= 1 and window >= 2")
-        if not 0 < similarity <= 1:
-            raise ConfigError("similarity must be in (0, 1] (5-gram Jaccard threshold)")
-        if not (isinstance(session_ttl_s, int | float) and session_ttl_s > 0):
-            raise ConfigError("session_ttl_s must be a number of seconds > 0")
-        if workspace is not None and (not isinstance(workspace, str) or not workspace.strip()):
-            raise ConfigError("workspace must be a non-empty name (or None: no workspace)")
-        for label, name in (("namespace", namespace), ("workspace", workspace)):
-            if not isinstance(name, str):
-                continue
-            try:  # part of every stored key: what no store can hold is refused here
-                check_key(label, name)
-            except ArgumentError as exc:
-                raise ConfigError(str(exc)) from None
-        if idle_turn_s is not None and (
-            isinstance(idle_turn_s, bool)
-            or not isinstance(idle_turn_s, int | float)
-            or idle_turn_s < 0
-        ):
-            raise ConfigError(f"idle_turn_s must be a number of seconds >= 0, not {idle_turn_s!r}")
-        if store_failure not in ("closed", "open"):
-            raise ConfigError("store_failure must be 'closed' (keyed writes refused) or 'open'")
-        self.store: Store = store if store is not None else MemoryStore()
-        if secret is not None:  # record integrity: every stored value carries an HMAC
-            self.store = SignedStore(self.store, secret)
-        self.enforce = enforce
-        self.no_progress_limit = no_progress_limit
-        self.window = window
-        self.namespace = namespace
-        self.workspace = workspace
-        # the workspace's write epochs (``_epochs``): its record, as this process knows it
-        self.epochs: dict[str, _epochs.Epochs] = {}
-        self.task_limits = dict(task_limits or {})
-        self.normalizers = tuple(normalizers)
-        self.similarity = similarity
-        self.detectors = tuple(detectors)
-        self.ignore_fields = tuple(ignore_fields)
-        self.audit = MemoryAudit() if audit is None else None
-        self.sinks: tuple[AuditSink, ...] = (
-            (self.audit,) if self.audit is not None else tuple(audit or ())
-        )
-        self.sink_modes = tuple((s, bool(getattr(s, "lazy", False))) for s in self.sinks)
-        self.max_cached_bytes = max_cached_bytes
-        self.cache_gc_s = cache_gc_s
-        self.idempotency_ttl_s = idempotency_ttl_s
-        self.session_ttl_s = float(session_ttl_s)  # a shared session's record, after its last call
-        self.share_sessions = bool(share_sessions)
-        self.in_progress_wait_s = in_progress_wait_s
-        self.lease_s = lease_s
-        self.deadline_s = deadline_s  # every call's total time: all attempts and retry waits
-        self.store_failure = store_failure
-        self.default_breaker = breaker or Breaker()
-        # a client that marks no user turns (an MCP proxy's): this idle gap is one (0: none)
-        self.idle_turn_s = float(idle_turn_s or 0)
-        self.clock = clock or _wall_clock  # timestamps: audit records, stored records
-        self.timer = clock or _monotonic  # durations in this process (never steps back)
-        self.sleep = sleep
-        self.rng = rng
-        self.on_retry = on_retry
-        self.agent = agent
-        self.is_error = is_error
-        self.tool_config: dict[str, dict[str, Any]] = {}
-        self.flights = Flights()
-        # the cache entries this worker stored or served for its shared sessions' reads
-        self.held: Recent[str] = Recent(_pipeline.HELD)
-        self.writes = Writes()
-        self.breakers: dict[str, dict[str, Any]] = {}
-        self.default_budgets: Budgets | None = None
-        self.breaker_lock = threading.Lock()
-        self._specs: dict[str, ToolSpec] = {}
-        # names whose spec headway declared itself (the default, MCP hints): not the
-        # operator's choice, so a later register() replaces it without replace=True
-        self._declared: set[str] = set()
-        self._session_cache = False  # any tool caching per session (writes must invalidate)
-        self._sessions: dict[str, SessionState] = {}
-        self._sessions_lock = threading.Lock()
-        self.closed = False
-
-    @classmethod
-    def from_config(cls, path: str | Path, **overrides: Any) -> Governor:
-        """A Governor configured by a TOML file; ``register`` then applies each tool's table."""
-        from .config import load_config
-        from .stores import open_store
-
-        config = load_config(path)
-        options = {**config.governor, **overrides}
-        store = options.pop("store", None)
-        budgets = options.pop("budgets", None)
-        gov = cls(open_store(store) if isinstance(store, str) else store, **options)
-        gov.tool_config = config.tools
-        gov.default_budgets = budgets
-        return gov
-
-    def breaker_stats(self, tool: str) -> dict[str, Any]:
-        """The breaker's state as stored: ``state``, ``fails``, ``opens``, ``opened_at``..."""
-        spec = self._specs.get(tool)
-        b = spec.breaker if spec is not None and isinstance(spec.breaker, Breaker) else None
-        b = b or self.default_breaker
-        if b.shared:
-            state = self.store.get(self.breaker_key(tool))
-        else:
-            with self.breaker_lock:
-                state = self.breakers.get(tool)
-        return (
-            dict(state) if isinstance(state, dict) else {"state": "closed", "fails": 0, "opens": 0}
-        )
-
-    # -- tools ---------------------------------------------------------------------
-
-    def register(
-        self, name: str, fn: Callable[..., Any] | None, **options: Unpack[ToolOptions]
-    ) -> ToolSpec:
-        """Register ``fn`` as tool ``name`` (the options are the fields of semantics §1).
-
-        ``fn=None`` declares a tool that something else runs (a framework, an MCP server):
-        each call then passes its runner, ``session.call(name, args, run=...)``.
-        ``annotations=`` takes MCP tool annotations; explicit options win over them.
-        Registering a name again with a different spec needs ``replace=True`` (a second
-        registration by mistake would silently change the first tool's behaviour).
-        """
-        given: dict[str, Any] = dict(options)
-        annotations = given.pop("annotations", None)
-        replace = bool(given.pop("replace", False))
-        operator = {**given, **self.tool_config.get(name, {})}  # the operator's file wins
-        merged = operator
-        if annotations is not None:
-            merged = {**options_from_mcp(annotations), **operator}
-        spec = make_spec(name, fn, **merged)
-        old = self._specs.get(name)
-        if old is not None and old != spec and not replace and name not in self._declared:
-            raise ConfigError(
-                f"tool {name!r} is already registered; pass replace=True to replace it"
-            )
-        self._specs[name] = spec
-        self._declared.discard(name)
-        self._session_cache = any(
-            s.cacheable() and s.scope == "session" for s in self._specs.values()
-        )
-        return spec
-
-    def _declare(self, name: str, annotations: Mapping[str, Any] | None = None) -> ToolSpec:
-        """The spec of a tool something else runs, when nobody registered one: from its MCP
-        annotations, else the safe default (an unkeyed write). It stands until the tool is
-        registered: ``register(name, ...)`` then replaces it, whenever it comes."""
-        spec = self._specs.get(name)
-        if spec is None:
-            hints = None if annotations is None else dict(annotations)
-            spec = self.register(name, None, annotations=hints)
-            self._declared.add(name)
-        return spec
-
-    @overload
-    def tool(self, fn: F, /) -> F: ...
-
-    @overload
-    def tool(
-        self, fn: None = None, /, *, name: str | None = None, **options: Unpack[ToolOptions]
-    ) -> Callable[[F], F]: ...
-
-    def tool(
-        self, fn: F | None = None, /, *, name: str | None = None, **options: Unpack[ToolOptions]
-    ) -> F | Callable[[F], F]:
-        """Decorator form of ``register``; the tool is named after the function by default."""
-
-        def wrap(f: F) -> F:
-            self.register(name or f.__name__, f, **options)
-            return f
-
-        return wrap(fn) if fn is not None else wrap
-
-    def has_session_cache(self) -> bool:
-        """Whether any registered tool keeps a session-scoped read cache."""
-        return self._session_cache
-
-    def spec(self, name: str) -> ToolSpec | None:
-        return self._specs.get(name)
-
-    def tools(self) -> list[str]:
-        return list(self._specs)
 
     # -- sessions ------------------------------------------------------------------
 
@@ -349,7 +108,7 @@ class Governor:
                 st.make_monitor = make_monitor
                 # a store other processes share holds the session: every worker continues it
                 st.shared = self.store.blocking and self.share_sessions
-                st.epochs = _epochs.of(self, st)
+                st.epochs = _epochs.of(self.context, st, self.epochs)
                 if st.epochs is None:
                     self._load_generation(st)
                 self._sessions[run_id] = st
@@ -358,7 +117,7 @@ class Governor:
             elif no_progress_limit is not None:
                 st.no_progress_limit = no_progress_limit
         if st.shared:
-            _shared.fetch(self, st)  # other workers may have moved the run on
+            _shared.fetch(self.context, st)  # other workers may have moved the run on
         return Session(self, st)
 
     def _load_generation(self, st: SessionState) -> None:
@@ -383,22 +142,6 @@ class Governor:
             epochs = {"*": int(time.time() * 1000)}
         st.generation.update(epochs)
 
-    def session_key(self, session_id: str) -> str:
-        return f"{self.namespace}:sess:{{{session_id}}}"
-
-    def generation_key(self, session_id: str) -> str:
-        return f"{self.namespace}:gen:{{{session_id}}}"
-
-    def idempotency_record_key(self, key: str) -> str:
-        return f"{self.namespace}:idem:{{{key}}}"
-
-    def breaker_key(self, tool: str) -> str:
-        return f"{self.namespace}:breaker:{{{tool}}}"
-
-    def breaker_state(self, tool: str) -> str:
-        """'closed', 'open' or 'half_open'."""
-        return str(self.breaker_stats(tool)["state"])
-
     # -- audit ---------------------------------------------------------------------
 
     def audit_records(self, session_id: str) -> list[dict[str, Any]]:
@@ -411,7 +154,7 @@ class Governor:
         return []
 
     def report_sink_error(self, sink: AuditSink, exc: Exception) -> None:
-        log.error("audit sink %s failed: %s", type(sink).__name__, scrub(describe(exc)))
+        self.context.report_sink_error(sink, exc)
 
     def close(self) -> None:
         """Close the store (its connections); calls on its sessions then raise ClosedError."""
@@ -431,6 +174,7 @@ class Session:
 
     def __init__(self, gov: Governor, state: SessionState) -> None:
         self.governor = gov
+        self._ctx = gov.context
         self._st = state
         self.closed = False
 
@@ -486,12 +230,11 @@ class Session:
         ``call_id`` is the framework's id of this tool call, when it has one: it goes to
         the audit record (``call_id``) and the span (``gen_ai.tool.call.id``), nowhere else.
         """
-        if self.closed or self.governor.closed:
-            self._check_open()
-        gov = self.governor
+        self._check_open()
+        ctx = self._ctx
         try:
             c = _pipeline.begin(
-                gov,
+                ctx,
                 self._st,
                 name,
                 {} if args is None else args,
@@ -503,7 +246,7 @@ class Session:
             )
             if isinstance(c, Outcome):
                 return c
-            return drive_sync(_pipeline.plan(gov, self._st, c), gov.sleep or time.sleep)
+            return drive_sync(_pipeline.plan(ctx, self._st, c), ctx.sleep or time.sleep)
         except (Stop, ArgumentError, KeyReuseError) as exc:
             self._refused(name, args, exc, agent, call_id)
             raise
@@ -520,12 +263,11 @@ class Session:
         call_id: str | None = None,
     ) -> Outcome:
         """``call`` for async code: async tools are awaited, sync tools run in a thread."""
-        if self.closed or self.governor.closed:
-            self._check_open()
-        gov = self.governor
+        self._check_open()
+        ctx = self._ctx
         try:
             c = _pipeline.begin(
-                gov,
+                ctx,
                 self._st,
                 name,
                 {} if args is None else args,
@@ -537,7 +279,7 @@ class Session:
             )
             if isinstance(c, Outcome):
                 return c
-            return await drive_async(_pipeline.plan(gov, self._st, c), gov.sleep or asyncio.sleep)
+            return await drive_async(_pipeline.plan(ctx, self._st, c), ctx.sleep or asyncio.sleep)
         except (Stop, ArgumentError, KeyReuseError) as exc:
             self._refused(name, args, exc, agent, call_id)
             raise
@@ -579,21 +321,21 @@ class Session:
     def record_turn(self, *, tokens: int = 0, cost: float = 0.0) -> None:
         """Report one model turn; the next call stops if a turn, token or cost budget ran out."""
         self._check_open()
-        gov, st = self.governor, self._st
-        check_stop(gov, st)
+        ctx, st = self._ctx, self._st
+        check_stop(ctx, st)
 
         def count() -> None:
             reached = st.meter.count_turn(tokens, cost)
             if reached is not None:
                 step = max(st.steps - 1, 0)
                 reach(
-                    gov,
+                    ctx,
                     st,
                     BudgetExceeded(diagnostic(*reached, step, st.monitor.last_progress_step)),
                 )
 
         if st.shared:
-            _shared.run_now(gov, st, count)
+            _shared.run_now(ctx, st, count)
             return
         with st.lock:
             count()
@@ -613,7 +355,7 @@ class Session:
                 st.would_stop = None  # shadow mode: the stop that would have been lifted
 
         if st.shared:
-            _shared.run_now(self.governor, st, reset)
+            _shared.run_now(self._ctx, st, reset)
             return
         with st.lock:
             reset()

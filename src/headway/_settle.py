@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from . import _shared
 from ._call import Call, result_text
 from ._canonical import digest, sha256_of
+from ._steps import reach, take
 from .audit import AuditRecord, args_field, summarize
 from .budgets import diagnostic
 from .errors import BudgetExceeded, LoopDetected, Stop
@@ -25,13 +26,12 @@ from .outcome import (
 )
 
 if TYPE_CHECKING:
+    from ._context import Context
     from ._effects import Plan
-    from ._session import Governor
     from ._state import SessionState
 
 
 _WITH_TEXT = frozenset((EXECUTED, REPLAYED, FALLBACK))
-_outcome = tuple.__new__  # a NamedTuple built from its full field tuple: the cheapest way
 _WITH_VALUE = frozenset((EXECUTED, CACHED, REPLAYED, FALLBACK))
 _DIGEST_NOW = 1024  # characters of a result past which its record keeps only its digest
 _LARGE = 4096  # characters of arguments or result past which a record is made at once
@@ -39,35 +39,14 @@ _LARGE = 4096  # characters of arguments or result past which a record is made a
 _PLAIN = (False, None, None, None, "closed", None, (), False, None, None, None)
 
 
-def reach(gov: Governor, st: SessionState, stop: Stop) -> None:
-    """A limit was reached: the session stops (shadow mode: records what would have)."""
-    if gov.enforce:
-        st.stop = st.stop or stop
-    else:
-        st.would_stop = st.would_stop or stop.diagnostic
-
-
-def check_stop(gov: Governor, st: SessionState, now: float | None = None) -> None:
-    """Raise the session's stop, if any; check the wall clock."""
-    if st.stop is None and st.meter.budgets.wall_clock_s is None:
-        return
-    if now is None:
-        now = gov.clock()
-    over = st.meter.wall_clock(now) if st.stop is None else None
-    if over is not None:
-        reach(gov, st, BudgetExceeded(diagnostic(*over, st.steps, st.monitor.last_progress_step)))
-    if st.stop is not None:
-        raise type(st.stop)(st.stop.diagnostic)
-
-
-def settle(gov: Governor, st: SessionState, c: Call) -> Outcome:
-    now = gov.clock()
+def settle(ctx: Context, st: SessionState, c: Call) -> Outcome:
+    now = ctx.clock()
     with st.lock:
-        judged = _judge(gov, st, c, now)
-    return _finish(gov, st, c, now, judged)
+        judged = _judge(ctx, st, c, now)
+    return _finish(ctx, st, c, now, judged)
 
 
-def settle_shared(gov: Governor, st: SessionState, c: Call, seen: Any = None) -> Plan[Outcome]:
+def settle_shared(ctx: Context, st: SessionState, c: Call, seen: Any = None) -> Plan[Outcome]:
     """``settle`` for a session shared by workers: the step is judged against the record
     (again, if another worker changed it meanwhile) and written back with it.
 
@@ -75,19 +54,19 @@ def settle_shared(gov: Governor, st: SessionState, c: Call, seen: Any = None) ->
     takes its step now, in the same swap; raises ``_shared.Moved`` when the cache epochs
     are no longer ``st.epoch`` as ``seen`` (the read is then looked up again). Steps other
     threads here took meanwhile do not move them; another worker's write fails the swap."""
-    now = gov.clock()
+    now = ctx.clock()
     if seen is None:
-        judged = yield from _shared.update(gov, st, c, lambda: _judge(gov, st, c, now))
-        return _finish(gov, st, c, now, judged)
+        judged = yield from _shared.update(ctx, st, c, lambda: _judge(ctx, st, c, now))
+        return _finish(ctx, st, c, now, judged)
 
     def take_and_judge() -> _Judged:
         if st.epoch != seen:
             raise _shared.Moved
-        _shared.take(gov, st, c)
-        return _judge(gov, st, c, now)
+        take(ctx, st, c)
+        return _judge(ctx, st, c, now)
 
-    judged = yield from _shared.update(gov, st, c, take_and_judge, rounds=1)
-    return _finish(gov, st, c, now, judged)
+    judged = yield from _shared.update(ctx, st, c, take_and_judge, rounds=1)
+    return _finish(ctx, st, c, now, judged)
 
 
 _Judged = tuple[
@@ -95,7 +74,7 @@ _Judged = tuple[
 ]
 
 
-def _judge(gov: Governor, st: SessionState, c: Call, now: float) -> _Judged:
+def _judge(ctx: Context, st: SessionState, c: Call, now: float) -> _Judged:
     """Count and judge the step in the session state (under its lock, no I/O)."""
     spec = c.spec
     if c.index is None:
@@ -154,7 +133,7 @@ def _judge(gov: Governor, st: SessionState, c: Call, now: float) -> _Judged:
         if v.stop is not None:
             diag = v.stop if c.agent is None else {**v.stop, "agent": c.agent}
             stop = LoopDetected(diag) if v.stop_kind == "loop" else BudgetExceeded(diag)
-    if correction is not None and not gov.enforce:
+    if correction is not None and not ctx.enforce:
         # shadow mode: the model sees exactly what the tool returned; the audit keeps it
         c.would, correction = c.would or "correct", None
     if correction is not None and c.agent is not None:  # name the agent it is meant for
@@ -164,33 +143,30 @@ def _judge(gov: Governor, st: SessionState, c: Call, now: float) -> _Judged:
     if stop is not None:
         if st.provisional == index:  # the stop reserved with this step gets its final words
             st.stop = st.provisional = None
-        reach(gov, st, stop)
-    if not gov.enforce and st.would_stop is not None:
+        reach(ctx, st, stop)
+    if not ctx.enforce and st.would_stop is not None:
         c.would = "stop"
     meter = st.meter
     budget = (meter.calls, meter.per_tool.get(spec.name, 0), meter.retries.get(spec.name, 0))
     return index, mark, signals, correction, stop, budget, monitor.last_progress_step
 
 
-def _finish(gov: Governor, st: SessionState, c: Call, now: float, judged: _Judged) -> Outcome:
+def _finish(ctx: Context, st: SessionState, c: Call, now: float, judged: _Judged) -> Outcome:
     index, mark, signals, correction, stop, budget, last_progress = judged
-    outcome: Outcome = _outcome(  # Outcome's fields in order, without its __new__ frame
-        Outcome,
-        (
-            c.status,
-            c.spec.name,
-            c.value if c.status in _WITH_VALUE else None,
-            c.executed,
-            c.error,
-            correction,
-            c.reconcile_key,
-            index,
-            c.attempts,
-        ),
+    outcome = Outcome(
+        c.status,
+        c.spec.name,
+        c.value if c.status in _WITH_VALUE else None,
+        c.executed,
+        c.error,
+        correction,
+        c.reconcile_key,
+        index,
+        c.attempts,
     )
-    if gov.sink_modes:
+    if ctx.sink_modes:
         reached_stop = stop.diagnostic if stop is not None else None
-        _audit(gov, st, c, outcome, now, mark, signals, budget, last_progress, reached_stop)
+        _audit(ctx, st, c, outcome, now, mark, signals, budget, last_progress, reached_stop)
     return outcome
 
 
@@ -211,7 +187,7 @@ def bump(st: SessionState, names: tuple[str, ...]) -> None:
 
 
 def _audit(
-    gov: Governor,
+    ctx: Context,
     st: SessionState,
     c: Call,
     out: Outcome,
@@ -283,7 +259,7 @@ def _audit(
     if len(c.canon) > _LARGE or len(text or "") > _LARGE or (result_size or 0) > _LARGE:
         record["time"]  # made now: a kept record must not hold the large call
     plain: dict[str, Any] | None = None
-    for sink, lazy in gov.sink_modes:
+    for sink, lazy in ctx.sink_modes:
         try:
             if lazy:
                 sink.write(record)
@@ -291,7 +267,7 @@ def _audit(
                 plain = plain if plain is not None else record.to_dict()
                 sink.write(plain)
         except Exception as exc:  # an audit sink must never break a call
-            gov.report_sink_error(sink, exc)
+            ctx.report_sink_error(sink, exc)
 
 
 def _values(source: tuple[Any, ...]) -> list[Any]:

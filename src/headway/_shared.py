@@ -1,7 +1,7 @@
 """A session shared by workers: its state in one record of the shared store.
 
 With a store that other processes share (SQLite, Redis, PostgreSQL), every worker that
-opens ``gov.session(run_id)`` continues the same run. The record ``{ns}:sess:{run_id}``
+opens ``governor.session(run_id)`` continues the same run. The record ``{ns}:sess:{run_id}``
 holds what the decision core reads: steps, budgets consumed, the stop, the cache epochs,
 the detector windows (as bounded excerpts and digests) and the unknown writes.
 
@@ -30,7 +30,8 @@ I/O, so a change can be applied again). The local state is a cache of the record
 worker that wrote the record last needs no read before its next swap.
 
 The store failing mid-session degrades to the local state (flagged in the audit); no
-exception leaves ``call()`` for it.
+exception leaves ``call()`` for it. The record's text is ``_session_record``'s; counting
+a step against the budgets is ``_steps``'.
 """
 
 from __future__ import annotations
@@ -41,131 +42,25 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-import orjson
-
 from . import _epochs
 from ._call import Call, describe
 from ._effects import Blocking, Plan, Sleep, Wait, drive_sync
 from ._epochs import trip
 from ._redact import scrub
-from .budgets import Meter, diagnostic
-from .errors import BudgetExceeded, LoopDetected, Stop
+from ._session_record import STOPS, dump, load
+from ._steps import check_stop, take
+from .errors import LoopDetected, Stop
 from .idempotency import flush, with_rider
 from .stores._base import Op, batch, in_one_trip
 
 if TYPE_CHECKING:
-    from ._session import Governor
+    from ._context import Context
     from ._state import SessionState
 
 T = TypeVar("T")
 log = logging.getLogger("headway")
 
 _ROUNDS = 64  # swaps tried per change before the call goes on with the local state
-_MAX_AGENTS = 64  # agents whose detector streams the record keeps (the most recent)
-_STOPS: dict[str, type[Stop]] = {"loop": LoopDetected, "budget": BudgetExceeded}
-
-
-def dump(st: SessionState, now: float) -> str:
-    """The session record, bounded by the window, not by the length of the run.
-
-    Stored as one JSON text (a string value): a swap compares the text this worker wrote
-    or read, never a value encoded again, and the detector steps are encoded once each."""
-    m = st.meter
-    stop = st.stop
-    agents = list(st.agents.items())[-_MAX_AGENTS:]
-    record = {
-        "ver": st.version + 1,  # newer than every record seen here (``_load``)
-        "t": now,
-        "steps": st.steps,
-        "stop": None
-        if stop is None
-        else ["loop" if isinstance(stop, LoopDetected) else "budget", stop.diagnostic],
-        "prov": st.provisional,
-        "would": st.would_stop,
-        # copies: the record must not change with the live state after it is written
-        "meter": [m.started, m.turns, m.calls, m.tokens, m.cost, dict(m.per_tool), dict(m.retries)],
-        "gen": dict(st.generation),
-        "uw": dict(st.unknown_writes),
-        "us": dict(st.unknown_steps),
-        "mon": st.monitor.snapshot(),
-        "agents": {name: mon.snapshot() for name, mon in agents},
-    }
-    return orjson.dumps(record).decode()
-
-
-def load(st: SessionState, rec: Any, now: float, floor: int | None = None) -> None:
-    """Make the local state the record's (None: a run seen for the first time, or expired).
-    A record this version cannot read starts the run afresh; the next swap replaces it.
-
-    A record older than one seen here is refused: a rollback when it is older than
-    ``floor`` too (the newest version seen before it was read; None: all seen so far),
-    else a read that crossed a newer write of this process (ignored)."""
-    try:
-        if rec is not None and not isinstance(rec, str):
-            raise TypeError(f"a session record is a JSON text, not {type(rec).__name__}")
-        _load(st, rec, now, st.version if floor is None else floor)
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
-        log.warning("unreadable session record (%s): %s", st.session_id, scrub(describe(exc)))
-        _load(st, None, now, st.version)
-        st.remote = rec
-
-
-def _load(st: SessionState, text: str | None, now: float, floor: int) -> None:
-    rec: Any = None if text is None else orjson.loads(text)
-    if rec is not None:
-        version = rec.get("ver", 0)  # absent from records of older versions
-        if type(version) is not int:
-            raise TypeError("a session record's version is an integer")
-        if floor <= version < st.version:
-            return  # read before a newer write of this process landed: nothing to learn
-        if version < st.version:  # an older copy restored: the next swap replaces it
-            st.remote = text
-            log.warning(
-                "session record rolled back (%s): version %d, older than version %d seen "
-                "here; this worker's state is kept",
-                st.session_id,
-                version,
-                st.version,
-            )
-            return
-        st.version = version
-    st.remote = text
-    unsynced = st.meter.unsynced
-    if text is None:
-        st.steps, st.stop, st.provisional, st.would_stop = 0, None, None, None
-        st.meter = Meter(st.meter.budgets, now)
-        st.meter.unsynced = unsynced
-        st.generation.clear()
-        # an epoch no earlier entry can have: a run that starts again never reads a stale cache
-        st.generation["*"] = int(now * 1000)
-        st.unknown_writes.clear()
-        st.unknown_steps.clear()
-        if st.make_monitor is not None:
-            st.monitor = st.make_monitor()
-        st.agents.clear()
-        st.epoch += 1
-        return
-    st.steps = rec["steps"]
-    stop = rec["stop"]
-    st.stop = None if stop is None else _STOPS[stop[0]](stop[1])
-    st.provisional, st.would_stop = rec["prov"], rec["would"]
-    started, turns, calls, tokens, cost, per_tool, retries = rec["meter"]
-    m = st.meter = Meter(st.meter.budgets, started)
-    m.turns, m.calls, m.tokens, m.cost, m.per_tool = turns, calls, tokens, cost, dict(per_tool)
-    m.retries, m.unsynced = dict(retries), unsynced
-    for tool, n in unsynced.items():  # retries counted here that no swap carried yet
-        m.retries[tool] = m.retries.get(tool, 0) + n
-    st.generation.clear()
-    st.generation.update(rec["gen"])
-    st.epoch += 1  # cache-key prefixes remembered from the older epochs are stale
-    st.unknown_writes.clear()
-    st.unknown_writes.update(rec["uw"])
-    st.unknown_steps.clear()
-    st.unknown_steps.update(rec.get("us", {}))  # absent from records of older versions
-    st.monitor.restore(rec["mon"])
-    st.agents.clear()
-    for name, snap in rec["agents"].items():
-        st.monitor_of(name).restore(snap)
 
 
 _UNREAD = object()
@@ -176,7 +71,7 @@ class Moved(Exception):  # noqa: N818 - a signal between the pipeline and this m
 
 
 def update(
-    gov: Governor,
+    ctx: Context,
     st: SessionState,
     c: Call | None,
     change: Callable[[], T],
@@ -195,25 +90,25 @@ def update(
                 st.turns.give_up(wait)
                 raise
         try:
-            result = yield from _update(gov, st, c, change, rounds)
+            result = yield from _update(ctx, st, c, change, rounds)
         finally:
             st.turns.leave()
     except BaseException:
         if c is not None and c.rider is not None:
-            yield from flush(gov, c)  # an executed write's result is recorded regardless
+            yield from flush(ctx, c)  # an executed write's result is recorded regardless
         raise
     if c is not None and c.rider is not None:
-        yield from flush(gov, c)
+        yield from flush(ctx, c)
     if st.epochs is not None and st.epochs.owed:
-        yield from _epochs.publish(gov, st.epochs, c)  # did not ride with the record: now
+        yield from _epochs.publish(ctx, st.epochs, c)  # did not ride with the record: now
     return result
 
 
 def _update(
-    gov: Governor, st: SessionState, c: Call | None, change: Callable[[], T], rounds: int
+    ctx: Context, st: SessionState, c: Call | None, change: Callable[[], T], rounds: int
 ) -> Plan[T]:
-    key = gov.session_key(st.session_id)
-    store, ttl = gov.store, gov.session_ttl_s
+    key = ctx.session_key(st.session_id)
+    store, ttl = ctx.store, ctx.session_ttl_s
     for round_ in range(rounds):
         current: Any = _UNREAD
         with st.lock:
@@ -228,20 +123,20 @@ def _update(
             durable = (st.epoch, st.stop, st.unknown_writes, st.unknown_steps) != before
             written = st.version + 1
             try:
-                new: str | None = dump(st, gov.clock())
+                new: str | None = dump(st, ctx.clock())
                 st.remote = new  # later changes in this process build on this one
             except (TypeError, ValueError) as exc:  # cannot be written: kept here only
                 new, unwritable = None, exc
         if new is None:
             if rounds == 1:
-                _withdraw(gov, st, expected, unwritable)
+                _withdraw(ctx, st, expected, unwritable)
             _degrade(st, c, unwritable, expected, None)
             return result
         # write epochs owed (a write's): published in the same round trip
         carries = (c is not None and c.rider is not None) or (
             expected is not None and (in_one_trip(store) or (c is not None and c.guard is not None))
         )
-        r = _epochs.ride(gov, st.epochs) if carries else None
+        r = _epochs.ride(ctx, st.epochs) if carries else None
         extra = r.ops if r is not None else []
         rest: list[Any] = []
         try:
@@ -255,7 +150,7 @@ def _update(
                     else Op("swap", key, new, expected, ttl, durable=durable)
                 )
                 done, current, *rest = yield from with_rider(
-                    gov, c, [first, Op("get", key, only_if=False), *extra], chained=True
+                    ctx, c, [first, Op("get", key, only_if=False), *extra], chained=True
                 )
                 ok = done is True
             elif expected is None:
@@ -287,14 +182,14 @@ def _update(
         except Exception as exc:
             _epochs.landed(r, None)
             if rounds == 1:
-                _withdraw(gov, st, expected, exc)
+                _withdraw(ctx, st, expected, exc)
             _degrade(st, c, exc, expected, new)
             return result
         if ok:
             with st.lock:
                 st.version = max(st.version, written)
                 stopped = before[1] is None and st.stop is not None
-                if stopped and st.epochs is not None and gov.workspace is None:
+                if stopped and st.epochs is not None and ctx.workspace is None:
                     # a session's own epochs record keeps its stop too (``_stop_kept_apart``)
                     kind = "loop" if isinstance(st.stop, LoopDetected) else "budget"
                     _epochs.owe_stop(st.epochs, [kind, st.stop.diagnostic, written])  # type: ignore[union-attr]
@@ -309,7 +204,7 @@ def _update(
         with st.lock:
             # the record moved on: this change (and any other in flight here) is redone
             # on top of it; each retried change rebuilds its own part
-            load(st, current, gov.clock())
+            load(st, current, ctx.clock())
         if rounds == 1:
             raise Moved
         if round_ >= 2:  # a hot session: spread the retries out
@@ -319,11 +214,11 @@ def _update(
     return result
 
 
-def _withdraw(gov: Governor, st: SessionState, expected: Any, exc: BaseException) -> NoReturn:
+def _withdraw(ctx: Context, st: SessionState, expected: Any, exc: BaseException) -> NoReturn:
     """A change that must be confirmed by the store (``rounds=1``) and was not: undone (the
     state is the record's as last known again), and the caller decides anew."""
     with st.lock:
-        load(st, expected, gov.clock())
+        load(st, expected, ctx.clock())
     raise Moved from exc
 
 
@@ -338,12 +233,12 @@ def _degrade(st: SessionState, c: Call | None, exc: BaseException, expected: Any
         log.warning("%s (session %s)", scrub(text), st.session_id)
 
 
-def _stop_kept_apart(gov: Governor, st: SessionState) -> None:
+def _stop_kept_apart(ctx: Context, st: SessionState) -> None:
     """The session's stop as its epochs record keeps it: raised even when the session
     record was rolled back to a copy from before it (a worker that saw nothing else)."""
     ep = st.epochs
-    kept = None if ep is None or ep.value is None or gov.workspace else ep.value.get("s")
-    if kept is None or st.stop is not None or st.version >= kept[2] or kept[0] not in _STOPS:
+    kept = None if ep is None or ep.value is None or ctx.workspace else ep.value.get("s")
+    if kept is None or st.stop is not None or st.version >= kept[2] or kept[0] not in STOPS:
         return
     log.warning(
         "session record rolled back (%s): version %d, older than version %d that holds "
@@ -352,64 +247,45 @@ def _stop_kept_apart(gov: Governor, st: SessionState) -> None:
         st.version,
         kept[2],
     )
-    st.stop = _STOPS[kept[0]](kept[1])
+    st.stop = STOPS[kept[0]](kept[1])
 
 
-def take(gov: Governor, st: SessionState, c: Call) -> None:
-    """Take the call's step: raise the session's stop, or count the step against the
-    budgets. A step that reaches a budget stops the session at once (every worker's next
-    call raises), so concurrent calls never run past the budget."""
-    from ._settle import check_stop
-
-    check_stop(gov, st)
-    index = st.steps
-    st.steps += 1
-    reached = st.meter.count_call(c.spec.name)
-    c.index, c.reached = index, reached
-    if reached is not None and gov.enforce and st.stop is None:
-        # provisional: settling this step writes the diagnostic it ends with
-        st.stop = BudgetExceeded(diagnostic(*reached, index, st.monitor.last_progress_step))
-        st.provisional = index
-
-
-def reserve(gov: Governor, st: SessionState, c: Call, seen: Any = None) -> Plan[bool]:
+def reserve(ctx: Context, st: SessionState, c: Call, seen: Any = None) -> Plan[bool]:
     """``take`` the step in the record before the call runs; True when it was taken under
     the cache epochs ``seen`` (``st.epoch`` when this worker looked the call up)."""
     attempts: list[bool] = []
 
     def change() -> None:
         attempts.append(seen is not None and st.epoch == seen)
-        take(gov, st, c)
+        take(ctx, st, c)
 
-    gov.writes.claim_ahead(gov, c)  # a keyed write claims in the same round trip
+    ctx.writes.claim_ahead(ctx, c)  # a keyed write claims in the same round trip
     try:
-        yield from update(gov, st, c, change)
+        yield from update(ctx, st, c, change)
     except BaseException:
         _unmark(st, c)
-        yield from gov.writes.unclaim(gov, c)  # it does not run after all
+        yield from ctx.writes.unclaim(ctx, c)  # it does not run after all
         raise
     return attempts == [True]
 
 
-def refresh(gov: Governor, st: SessionState, c: Call, seen: Any = None) -> Plan[bool]:
+def refresh(ctx: Context, st: SessionState, c: Call, seen: Any = None) -> Plan[bool]:
     """Before a call that runs in a session without call budgets: read the record (a get,
     cheaper than a swap) and raise its stop, if any; the step is taken when it settles.
     True when the cache epochs are still ``seen``. (With call budgets, ``reserve`` takes the
     step before the call runs, so concurrent calls never run past the budget.)"""
-    from ._settle import check_stop
-
     entered = st.turns.entered
     floor = st.version
-    key = gov.session_key(st.session_id)
-    gov.writes.claim_ahead(gov, c)  # a keyed write claims in the same round trip
-    r = _epochs.ride(gov, st.epochs)  # write epochs owed: published in the same round trip
+    key = ctx.session_key(st.session_id)
+    ctx.writes.claim_ahead(ctx, c)  # a keyed write claims in the same round trip
+    r = _epochs.ride(ctx, st.epochs)  # write epochs owed: published in the same round trip
     try:
         if c.rider is not None:
-            rec, *rest = yield from with_rider(gov, c, [Op("get", key), *(r.ops if r else ())])
+            rec, *rest = yield from with_rider(ctx, c, [Op("get", key), *(r.ops if r else ())])
         elif r is not None:
-            rec, *rest = yield trip(gov.store, [Op("get", key), *r.ops])
+            rec, *rest = yield trip(ctx.store, [Op("get", key), *r.ops])
         else:
-            rec, rest = (yield Blocking(gov.store.get, (key,))), []
+            rec, rest = (yield Blocking(ctx.store.get, (key,))), []
     except Exception as exc:  # the call goes on with what this worker knows
         _epochs.landed(r, None)
         _degrade(st, c, exc, None, None)
@@ -421,12 +297,12 @@ def refresh(gov: Governor, st: SessionState, c: Call, seen: Any = None) -> Plan[
             # a write of another thread here in flight (or done) meanwhile: the record read
             # may be older than this state, which the next swap checks against the store
             if rec != st.remote and st.turns.quiet_since(entered):
-                load(st, rec, gov.clock(), floor)  # None: expired meanwhile: starts afresh
+                load(st, rec, ctx.clock(), floor)  # None: expired meanwhile: starts afresh
             unchanged = seen is not None and st.epoch == seen
-            check_stop(gov, st)
+            check_stop(ctx, st)
     except Stop:
         _unmark(st, c)
-        yield from gov.writes.unclaim(gov, c)  # stopped: the write does not run
+        yield from ctx.writes.unclaim(ctx, c)  # stopped: the write does not run
         raise
     return unchanged
 
@@ -437,25 +313,19 @@ def _unmark(st: SessionState, c: Call) -> None:
         _epochs.owe_finish(st.epochs, c, ())
 
 
-def counts_calls(st: SessionState) -> bool:
-    """Whether the session has a budget on the number of calls (exact across workers)."""
-    b = st.meter.budgets
-    return b.tool_calls is not None or b.per_tool_calls is not None
-
-
-def run_now(gov: Governor, st: SessionState, change: Callable[[], T]) -> T:
+def run_now(ctx: Context, st: SessionState, change: Callable[[], T]) -> T:
     """``update`` outside a call (model turns, user turns): performed at once."""
-    return drive_sync(update(gov, st, None, change), gov.sleep or time.sleep)
+    return drive_sync(update(ctx, st, None, change), ctx.sleep or time.sleep)
 
 
-def fetch(gov: Governor, st: SessionState) -> None:
+def fetch(ctx: Context, st: SessionState) -> None:
     """Read the record when a handle opens (a run other workers may have moved on)."""
     floor = st.version
-    ops = [Op("get", gov.session_key(st.session_id))]
+    ops = [Op("get", ctx.session_key(st.session_id))]
     if st.epochs is not None:  # the write epochs too, in the same round trip
         ops.append(Op("get", st.epochs.key))
     try:
-        rec, *epochs = batch(gov.store, ops)
+        rec, *epochs = batch(ctx.store, ops)
         if epochs:
             st.epochs.seen(epochs[0])
     except Exception as exc:  # reads fail open: the first call tries again
@@ -464,7 +334,7 @@ def fetch(gov: Governor, st: SessionState) -> None:
     with st.lock:
         if rec is not None:
             if rec != st.remote:  # unchanged since this worker's last step: nothing to read
-                load(st, rec, gov.clock(), floor)
-            _stop_kept_apart(gov, st)
+                load(st, rec, ctx.clock(), floor)
+            _stop_kept_apart(ctx, st)
         elif st.remote is not None or "*" not in st.generation:
-            load(st, None, gov.clock())  # new, or expired meanwhile: the run starts afresh
+            load(st, None, ctx.clock())  # new, or expired meanwhile: the run starts afresh

@@ -57,7 +57,7 @@ from .outcome import ERROR, EXECUTED, REPLAYED, UNKNOWN, error_info
 from .stores._base import Op, batch, in_one_trip, one_by_one
 
 if TYPE_CHECKING:
-    from ._session import Governor
+    from ._context import Context
     from ._state import SessionState
 
 _POLL_S = 0.02  # first wait on an in-flight write; doubles up to _POLL_MAX_S
@@ -218,7 +218,7 @@ class Writes:
 
     # -- before the tool runs ---------------------------------------------------------
 
-    def before(self, gov: Governor, st: SessionState, c: Call) -> Plan[Held | bool | None]:
+    def before(self, gov: Context, st: SessionState, c: Call) -> Plan[Held | bool | None]:
         """A ticket to run the tool (a claim, or ``RUN``), or None when settled here."""
         if c.idem_key is not None:
             return (yield from self._keyed(gov, c))
@@ -236,7 +236,7 @@ class Writes:
             st.unknown_writes.pop(rkey, None)
         return RUN
 
-    def _keyed(self, gov: Governor, c: Call) -> Plan[Held | bool | None]:
+    def _keyed(self, gov: Context, c: Call) -> Plan[Held | bool | None]:
         key = c.idem_key or ""
         rkey = gov.idempotency_record_key(key)
         gc_s = gov.idempotency_ttl_s + 3600
@@ -373,7 +373,7 @@ class Writes:
         used = self.used.get(rkey)
         return isinstance(used, Held) and used.running
 
-    def _took(self, gov: Governor, rkey: str, claim: dict[str, Any], gc_s: float) -> Held:
+    def _took(self, gov: Context, rkey: str, claim: dict[str, Any], gc_s: float) -> Held:
         """A record taken over by a compare-and-set (expired, or UNKNOWN confirmed absent):
         ours now, held while the attempt runs."""
         held = Held(gov.store, rkey, claim, gc_s)
@@ -381,7 +381,7 @@ class Writes:
         self.used.put(rkey, held)
         return held
 
-    def _claim(self, gov: Governor, c: Call, owner: str, now: float) -> dict[str, Any]:
+    def _claim(self, gov: Context, c: Call, owner: str, now: float) -> dict[str, Any]:
         return {
             "state": "in_progress",
             "tool": c.spec.name,
@@ -393,7 +393,7 @@ class Writes:
             "expires": now + gov.idempotency_ttl_s,
         }
 
-    def _done(self, gov: Governor, base: dict[str, Any], value: Any, how: str) -> dict[str, Any]:
+    def _done(self, gov: Context, base: dict[str, Any], value: Any, how: str) -> dict[str, Any]:
         result, why = encode_result(value)
         done = {**base, "state": "completed", "result": result, "owner": None, "by": how}
         done["done_at"] = now = gov.clock()
@@ -409,7 +409,7 @@ class Writes:
             c.flag(f"reconciled_by_{how}")
 
     def _restore(
-        self, gov: Governor, c: Call, held: Held, before: Held | float
+        self, gov: Context, c: Call, held: Held, before: Held | float
     ) -> Plan[Held | None]:
         """We hold a fresh claim on a key this process claimed or saw settled before:
         the store lost its record. Reconcile first (§5.3); run only when the remote
@@ -442,7 +442,7 @@ class Writes:
 
     # -- after the tool ran -----------------------------------------------------------
 
-    def after(self, gov: Governor, st: SessionState, c: Call, ticket: Held | bool) -> Plan[None]:
+    def after(self, gov: Context, st: SessionState, c: Call, ticket: Held | bool) -> Plan[None]:
         """Record what happened to the write we ran."""
         if not isinstance(ticket, Held):
             if c.idem_key is None and c.status is UNKNOWN:
@@ -495,7 +495,7 @@ class Writes:
         self.used.forget(held.rkey, held)  # it may run again: nothing to reconcile
         c.idem_state = "released"
 
-    def recorded(self, gov: Governor, c: Call, held: Held, saved: bool | Exception) -> None:
+    def recorded(self, gov: Context, c: Call, held: Held, saved: bool | Exception) -> None:
         """The completion of an executed write was written (True), found the record no
         longer ours (False) or failed (the exception)."""
         if isinstance(saved, Exception):
@@ -519,12 +519,12 @@ class Writes:
             hint="Do not run it again under a new key: a call with the same key returns its result.",
         )
 
-    def claim_ahead(self, gov: Governor, c: Call) -> None:
+    def claim_ahead(self, gov: Context, c: Call) -> None:
         """A keyed write about to run: its claim is sent with the session record's read."""
         if c.idem_key is not None and gov.enforce and not c.early and c.claimed is None:
             c.rider = Claim(self, gov, c)
 
-    def unclaim(self, gov: Governor, c: Call) -> Plan[None]:
+    def unclaim(self, gov: Context, c: Call) -> Plan[None]:
         """The call will not run after all (the session stopped): let go of the claim made
         ahead, if it was made. A release the store refuses is left to the keeper."""
         if isinstance(c.rider, Claim):
@@ -542,7 +542,7 @@ class Writes:
             return
         self.keeper.drop(held)
 
-    def interrupted(self, gov: Governor, c: Call, ticket: Held | bool) -> Plan[None]:
+    def interrupted(self, gov: Context, c: Call, ticket: Held | bool) -> Plan[None]:
         """The attempt may have acted and nothing runs on: the record becomes UNKNOWN."""
         if isinstance(ticket, Held):
             ticket.ended(None)
@@ -555,7 +555,7 @@ class Writes:
                 self.keeper.drop(ticket)
                 c.idem_state = "unknown"
 
-    def _abandon(self, gov: Governor, held: Held, late: concurrent.futures.Future[Any]) -> None:
+    def _abandon(self, gov: Context, held: Held, late: concurrent.futures.Future[Any]) -> None:
         clock, ttl = gov.clock, gov.idempotency_ttl_s
 
         def finish(h: Held) -> dict[str, Any]:
@@ -574,7 +574,7 @@ class Writes:
     # -- reconciling UNKNOWN ----------------------------------------------------------
 
     def _reconcile(
-        self, gov: Governor, c: Call, key: str, record: dict[str, Any] | None = None
+        self, gov: Context, c: Call, key: str, record: dict[str, Any] | None = None
     ) -> Plan[tuple[str, Any]]:
         """('found', (how, result)), ('absent', None) or ('unknown', None) (then the call
         is settled as UNKNOWN: nothing runs)."""
@@ -621,7 +621,7 @@ class Writes:
             hint="Do not repeat this call; it may already have taken effect.",
         )
 
-    def _store_down(self, gov: Governor, c: Call, exc: Exception) -> bool | None:
+    def _store_down(self, gov: Context, c: Call, exc: Exception) -> bool | None:
         """The store cannot be reached (or holds a malformed record): keyed writes fail
         closed by default."""
         c.flag(f"store_error: {type(exc).__name__}: {describe(exc)}"[:300])
@@ -639,7 +639,7 @@ class Writes:
 
     # -- shadow mode ------------------------------------------------------------------
 
-    def shadow(self, gov: Governor, c: Call) -> Plan[None]:
+    def shadow(self, gov: Context, c: Call) -> Plan[None]:
         """Shadow mode runs the write as if headway were absent; note what it would do."""
         if c.idem_key is None:
             return
@@ -659,7 +659,7 @@ class Writes:
                 record["state"], record["state"]
             )
 
-    def shadow_record(self, gov: Governor, c: Call) -> Plan[None]:
+    def shadow_record(self, gov: Context, c: Call) -> Plan[None]:
         """Keep the result of a keyed write run in shadow mode, so that a later identical
         call shows it would have been replayed."""
         if c.idem_key is None or c.status is not EXECUTED:
@@ -712,7 +712,7 @@ def _finished(value: Any) -> concurrent.futures.Future[Any]:
 
 
 def _swap(
-    gov: Governor,
+    gov: Context,
     rkey: str,
     expected: dict[str, Any],
     new: dict[str, Any] | None,
@@ -743,7 +743,7 @@ def _batch(store: Any, ops: list[Op]) -> Blocking:
     return Blocking(batch, (store, ops), store.blocking)
 
 
-def _held_swap(gov: Governor, c: Call, held: Held, new: dict[str, Any] | None) -> Plan[bool]:
+def _held_swap(gov: Context, c: Call, held: Held, new: dict[str, Any] | None) -> Plan[bool]:
     try:
         return bool((yield Blocking(held.swap, (new,), gov.store.blocking)))
     except Exception as exc:
@@ -760,7 +760,7 @@ class Claim:
 
     required = False  # never sent (the session stopped first): nothing was claimed
 
-    def __init__(self, writes: Writes, gov: Governor, c: Call) -> None:
+    def __init__(self, writes: Writes, gov: Context, c: Call) -> None:
         self.writes, self.c = writes, c
         # an event loop sends it on its own thread when the store can (SQLite's ``inline``:
         # a batch it cannot make at once does nothing and goes to a thread, _effects._blocking)
@@ -801,7 +801,7 @@ class Completion:
 
     required = True  # the tool ran: its result is recorded whatever happens to the call
 
-    def __init__(self, writes: Writes, gov: Governor, c: Call, held: Held, done: Any) -> None:
+    def __init__(self, writes: Writes, gov: Context, c: Call, held: Held, done: Any) -> None:
         self.writes, self.gov, self.c, self.held, self.new = writes, gov, c, held, done
         self.inline: Callable[..., Any] | None = getattr(gov.store, "inline", None)  # as Claim
         self._saved: bool | None = None  # None: not known to have been made
@@ -821,7 +821,7 @@ class Completion:
         self.writes.recorded(self.gov, self.c, self.held, saved)
 
 
-def with_rider(gov: Governor, c: Call, ops: list[Op], chained: bool = False) -> Plan[list[Any]]:
+def with_rider(gov: Context, c: Call, ops: list[Op], chained: bool = False) -> Plan[list[Any]]:
     """``ops`` in one round trip with the call's rider (``chained``: the first of them only
     if a required rider succeeded); their results. A store error propagates, once the
     rider has acted on it."""
@@ -837,7 +837,7 @@ def with_rider(gov: Governor, c: Call, ops: list[Op], chained: bool = False) -> 
     return results  # type: ignore[no-any-return]
 
 
-def flush(gov: Governor, c: Call) -> Plan[None]:
+def flush(gov: Context, c: Call) -> Plan[None]:
     """Send a required rider that nothing carried (the call ended another way); drop a
     claim never sent."""
     if c.rider is None:

@@ -13,7 +13,7 @@ import orjson
 from ._base import loads, text_of
 
 # A session's cache entry: "<ns>:cache:{<session>#<epochs>}:<tool>:<version>:<arguments>"
-# (``_pipeline._cache_key``). Its first epoch ("any" for a read that declares no resources,
+# (``_reading.cache_key``). Its first epoch ("any" for a read that declares no resources,
 # "*" for one that does) is bumped by every write that makes all of those reads stale.
 # A session id with braces in it is not recognised: its entries wait for the bound.
 _CACHE_KEY = re.compile(r":cache:\{[^{}]*#(\d+)\.\d+(\.\d+|:[\d.]*)\}:")

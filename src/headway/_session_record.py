@@ -1,0 +1,130 @@
+"""The session record's text: what a session shared by workers is in the store.
+
+``dump`` writes the state the decision core reads (steps, budgets consumed, the stop, the
+cache epochs, the detector windows as bounded excerpts and digests, the unknown writes) as
+one JSON text; ``load`` makes the local state a record's. How and when the record is read
+and swapped is ``_shared``'s.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from ._call import describe
+from ._redact import scrub
+from .budgets import Meter
+from .errors import BudgetExceeded, LoopDetected, Stop
+
+if TYPE_CHECKING:
+    from ._state import SessionState
+
+log = logging.getLogger("headway")
+
+_MAX_AGENTS = 64  # agents whose detector streams the record keeps (the most recent)
+STOPS: dict[str, type[Stop]] = {"loop": LoopDetected, "budget": BudgetExceeded}
+
+
+def dump(st: SessionState, now: float) -> str:
+    """The session record, bounded by the window, not by the length of the run.
+
+    Stored as one JSON text (a string value): a swap compares the text this worker wrote
+    or read, never a value encoded again, and the detector steps are encoded once each."""
+    m = st.meter
+    stop = st.stop
+    agents = list(st.agents.items())[-_MAX_AGENTS:]
+    record = {
+        "ver": st.version + 1,  # newer than every record seen here (``_load``)
+        "t": now,
+        "steps": st.steps,
+        "stop": None
+        if stop is None
+        else ["loop" if isinstance(stop, LoopDetected) else "budget", stop.diagnostic],
+        "prov": st.provisional,
+        "would": st.would_stop,
+        # copies: the record must not change with the live state after it is written
+        "meter": [m.started, m.turns, m.calls, m.tokens, m.cost, dict(m.per_tool), dict(m.retries)],
+        "gen": dict(st.generation),
+        "uw": dict(st.unknown_writes),
+        "us": dict(st.unknown_steps),
+        "mon": st.monitor.snapshot(),
+        "agents": {name: mon.snapshot() for name, mon in agents},
+    }
+    return orjson.dumps(record).decode()
+
+
+def load(st: SessionState, rec: Any, now: float, floor: int | None = None) -> None:
+    """Make the local state the record's (None: a run seen for the first time, or expired).
+    A record this version cannot read starts the run afresh; the next swap replaces it.
+
+    A record older than one seen here is refused: a rollback when it is older than
+    ``floor`` too (the newest version seen before it was read; None: all seen so far),
+    else a read that crossed a newer write of this process (ignored)."""
+    try:
+        if rec is not None and not isinstance(rec, str):
+            raise TypeError(f"a session record is a JSON text, not {type(rec).__name__}")
+        _load(st, rec, now, st.version if floor is None else floor)
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+        log.warning("unreadable session record (%s): %s", st.session_id, scrub(describe(exc)))
+        _load(st, None, now, st.version)
+        st.remote = rec
+
+
+def _load(st: SessionState, text: str | None, now: float, floor: int) -> None:
+    rec: Any = None if text is None else orjson.loads(text)
+    if rec is not None:
+        version = rec.get("ver", 0)  # absent from records of older versions
+        if type(version) is not int:
+            raise TypeError("a session record's version is an integer")
+        if floor <= version < st.version:
+            return  # read before a newer write of this process landed: nothing to learn
+        if version < st.version:  # an older copy restored: the next swap replaces it
+            st.remote = text
+            log.warning(
+                "session record rolled back (%s): version %d, older than version %d seen "
+                "here; this worker's state is kept",
+                st.session_id,
+                version,
+                st.version,
+            )
+            return
+        st.version = version
+    st.remote = text
+    unsynced = st.meter.unsynced
+    if text is None:
+        st.steps, st.stop, st.provisional, st.would_stop = 0, None, None, None
+        st.meter = Meter(st.meter.budgets, now)
+        st.meter.unsynced = unsynced
+        st.generation.clear()
+        # an epoch no earlier entry can have: a run that starts again never reads a stale cache
+        st.generation["*"] = int(now * 1000)
+        st.unknown_writes.clear()
+        st.unknown_steps.clear()
+        if st.make_monitor is not None:
+            st.monitor = st.make_monitor()
+        st.agents.clear()
+        st.epoch += 1
+        return
+    st.steps = rec["steps"]
+    stop = rec["stop"]
+    st.stop = None if stop is None else STOPS[stop[0]](stop[1])
+    st.provisional, st.would_stop = rec["prov"], rec["would"]
+    started, turns, calls, tokens, cost, per_tool, retries = rec["meter"]
+    m = st.meter = Meter(st.meter.budgets, started)
+    m.turns, m.calls, m.tokens, m.cost, m.per_tool = turns, calls, tokens, cost, dict(per_tool)
+    m.retries, m.unsynced = dict(retries), unsynced
+    for tool, n in unsynced.items():  # retries counted here that no swap carried yet
+        m.retries[tool] = m.retries.get(tool, 0) + n
+    st.generation.clear()
+    st.generation.update(rec["gen"])
+    st.epoch += 1  # cache-key prefixes remembered from the older epochs are stale
+    st.unknown_writes.clear()
+    st.unknown_writes.update(rec["uw"])
+    st.unknown_steps.clear()
+    st.unknown_steps.update(rec.get("us", {}))  # absent from records of older versions
+    st.monitor.restore(rec["mon"])
+    st.agents.clear()
+    for name, snap in rec["agents"].items():
+        st.monitor_of(name).restore(snap)
