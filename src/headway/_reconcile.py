@@ -9,51 +9,16 @@ reconcile failing, timing out or missing: it stays UNKNOWN and nothing runs.
 
 from __future__ import annotations
 
-import concurrent.futures
-import threading
 from typing import TYPE_CHECKING, Any
 
 from ._attempts import reconcile_attempt
 from ._call import Call, describe
 from ._effects import Aborted, AttemptTimeout, Plan
+from ._key_memory import LateResults
 from ._key_outcomes import ABANDONED_RUNNING, still_unknown
 
 if TYPE_CHECKING:
     from ._session import Governor
-
-Late = concurrent.futures.Future[Any] | tuple[str, Any]
-
-
-class LateResults:
-    """Attempts abandoned after a timeout, kept so a late answer can settle UNKNOWN."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._by_key: dict[str, Late] = {}
-
-    def keep(self, key: str, late: Late) -> None:
-        with self._lock:
-            self._by_key[key] = late
-            while len(self._by_key) > 10_000:
-                self._by_key.pop(next(iter(self._by_key)))
-
-    def look(self, key: str) -> tuple[str, Any]:
-        """('running', None), ('done', result), ('failed', None) or ('none', None)."""
-        with self._lock:
-            late = self._by_key.get(key)
-        if late is None:
-            return ("none", None)
-        if isinstance(late, tuple):
-            return late
-        if not late.done():
-            return ("running", None)
-        if late.cancelled() or late.exception() is not None:
-            return ("failed", None)
-        return ("done", late.result())
-
-    def forget(self, key: str) -> None:
-        with self._lock:
-            self._by_key.pop(key, None)
 
 
 def reconcile(
