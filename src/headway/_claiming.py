@@ -229,8 +229,11 @@ def _restore(
     if verdict == "absent":
         mem.used.put(held.rkey, held)
         return held
-    event = Event.FOUND if verdict == "found" else Event.LOST
-    new = move(held.record, event, gov.clock(), gov.idempotency_ttl_s, result[1], "reconciled")
+    now, ttl = gov.clock(), gov.idempotency_ttl_s
+    if verdict == "found":
+        new = move(held.record, Event.FOUND, now, ttl, result[1], "reconciled")
+    else:
+        new = move(held.record, Event.LOST, now, ttl)
     try:
         yield from _key_store.swap_held(gov, held, new)
     except Exception as exc:
