@@ -170,10 +170,11 @@ def seen(record: Any, now: float, tool: str, args: str) -> Seen:
 
 
 def ended(status: Status, final_error: bool) -> Event:
-    """The event an attempt's outcome is for its claim. (An attempt abandoned after a
-    timeout keeps its claim while it runs on: its event is this one when it ends.)"""
+    """The event an attempt's outcome is for its claim; ``final_error``: its error, if it
+    is one, is final (a ``failed_final`` tool's non-retryable error). An attempt abandoned
+    after a timeout keeps its claim while it runs on, and moves it when it ends."""
     if status is Status.EXECUTED:
         return Event.RETURNED
     if status is Status.UNKNOWN:
         return Event.LOST
-    return Event.FAILED if final_error else Event.RAISED
+    return Event.FAILED if final_error and status is Status.ERROR else Event.RAISED
