@@ -12,6 +12,8 @@ alive is ``_leases``. A key's record lives under ``{ns}:idem:{key}``::
                 ──FAILED────▶ FAILED_FINAL(error) opt-in: a final business error
                 ──LOST──────▶ UNKNOWN             a timeout, an interrupt, a lost answer, a
                                                   lapsed lease, a result that was not stored
+                ──FOUND─────▶ COMPLETED           a fresh claim on a record the store lost:
+                                                  reconcile found the earlier result
     UNKNOWN ──FOUND──▶ COMPLETED      reconcile (or the late answer) found it: REPLAYED
             ──CLAIM──▶ IN_PROGRESS    reconcile confirmed absence: one new execution
     COMPLETED, FAILED_FINAL, UNKNOWN past their expiry ──CLAIM──▶ IN_PROGRESS
