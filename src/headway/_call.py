@@ -50,9 +50,9 @@ class Call:
     result_digest: str | None = None
     result_size: int | None = None
     late: Any = None  # an attempt abandoned after a timeout, still running
-    began: float | None = None  # gov.timer() when the call's deadline began (a reconcile)
+    began: float | None = None  # ctx.timer() when the call's deadline began (a reconcile)
     held: Any = None  # the claim on the idempotency key while the write runs (_leases.Held)
-    # store operations of the write sent with the call's next one (idempotency.Claim,
+    # store operations of the write sent with the call's next one (_riders.Claim,
     # .Completion), and the claim made that way
     rider: Any = None
     claimed: Any = None
