@@ -24,6 +24,9 @@ _INDEX = {name: i for i, name in enumerate(FIELDS)}
 _ARGS = _INDEX["args"]
 
 
+_UNMADE: list[Any] = []  # never written to: a record's values replace it when made
+
+
 class AuditRecord(Mapping[str, Any]):
     """One call's record: its values in ``FIELDS`` order, read as a mapping.
 
@@ -40,7 +43,9 @@ class AuditRecord(Mapping[str, Any]):
     ) -> None:
         self._make: Callable[[tuple[Any, ...]], list[Any]] | None = make
         self._source = source
-        self._values: list[Any] = []  # made on first read
+        # one shared empty list, not a list per record: most records are never read, and
+        # an unread record's size is pinned (tests/test_audit.py, bench/sessions_memory.py)
+        self._values: list[Any] = _UNMADE
         self.session = session
 
     def __getitem__(self, key: str) -> Any:
