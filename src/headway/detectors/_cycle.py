@@ -13,7 +13,7 @@ class Cycle:
     name = "cycle"
 
     def observe(self, step: Observation, window: Window) -> dict[str, Any] | None:
-        found = cycle_of(window, step.key)
+        found = cycle_of(window, step.key) if step.key in window.keys else None
         if found is None:
             return None
         return {"cycle": {"period": found[0], "start": found[1]}}

@@ -43,7 +43,7 @@ DEFAULT_DETECTORS = SIGNALS + MARKS
 class Monitor:
     """One session's (or agent's) detectors over its window."""
 
-    __slots__ = ("detectors", "limit", "reader", "served", "window")
+    __slots__ = ("detectors", "limit", "reader", "served", "versions", "window")
 
     def __init__(
         self,
@@ -57,6 +57,7 @@ class Monitor:
         self.limit = limit
         self.reader = Reader(normalizers)
         self.window = Window(window, threshold=threshold, plugged=bool(detectors))
+        self.versions = self.window.versions  # tool -> the version its steps were made under
         plugins = tuple(PlugIn(d) for d in detectors)
         self.detectors = (*CALL_SIGNALS, *RESULT_SIGNALS, *plugins, *MARKS)
         self.served = (*CALL_SIGNALS, *plugins, *MARKS)  # for a step with no result of its own
@@ -64,11 +65,6 @@ class Monitor:
     @property
     def last_progress_step(self) -> int | None:
         return self.window.last_progress_step
-
-    @property
-    def versions(self) -> dict[str, str]:
-        """Tool -> the version its steps in the window were made under."""
-        return self.window.versions
 
     def user_turn(self) -> None:
         """A new user request: repeat and no-progress counters start again."""
@@ -150,7 +146,7 @@ class Monitor:
             found = detector.observe(step, window)
             if found:
                 signals.update(found)
-        correction = _decide.correction(window, spec, step)
+        correction = None if served else _decide.correction(window, spec, step)
         if step.mark == "progress":
             window.no_progress_run = 0
             window.last_progress_step = step.index

@@ -7,19 +7,21 @@ from typing import Any
 
 from ..outcome import CACHED, CORRECTED
 from ..similarity import SHORT
-from ._likeness import edits_last, grew, near, near_any, same_call, similar_call
+from ._likeness import edits_last, grew, near, near_any, similar_call
 from ._observation import Observation
 from ._window import Window
 
 
 class NearDuplicate:
+    """Runs after ``SameResult``, and reads what it marked (``duplicate``, ``unchanged``)."""
+
     name = "near_duplicate"
 
     def observe(self, step: Observation, window: Window) -> dict[str, Any] | None:
         if step.nlen < SHORT or step.status is CACHED or step.status is CORRECTED:
             return None
-        if step.nkey in window.norms:
-            return None  # the same result exactly (``SameResult``)
+        if step.duplicate:
+            return None  # the same result exactly (``SameResult``, just before)
         if not _no_news(step, window):
             return None
         step.duplicate = True
@@ -30,7 +32,7 @@ def _no_news(step: Observation, window: Window) -> bool:
     prev = window.last_of_key.get(step.key)
     if grew(step, prev):
         return False  # the same call's result with every line it had and new ones: news
-    if same_call(step, prev) or (prev is not None and prev.nlen >= 0 and near(window, step, prev)):
+    if step.unchanged or (prev is not None and prev.nlen >= 0 and near(window, step, prev)):
         return True
     if prev is not None or similar_call(window, step):
         # a repeated target (the same call, or the same request in other words): a result

@@ -79,7 +79,8 @@ def restore(window: Window, data: Mapping[str, Any]) -> None:
     window.repeat_key, window.repeat = data["rk"], data["r"]
     window.no_progress_run, window.last_progress_step = data["np"], data["lp"]
     window.pushed = data["n"]
-    window.versions = dict(data.get("ver", {}))  # not in a record written before them
+    window.versions.clear()
+    window.versions.update(data.get("ver", {}))  # not in a record written before them
     window.errors = {t: (v[0], v[1]) for t, v in data["err"].items()}
     window.polls = {k: (v[0], v[1]) for k, v in data["polls"].items()}
     window.last_value = dict(data["lv"])
