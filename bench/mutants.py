@@ -214,14 +214,14 @@ MUTANTS: list[tuple[str, str, str, str]] = [
     (
         "_pipeline",
         "a write naming resources invalidates nothing",
-        'names = ("any", *("r:" + r for r in touched))',
-        'names = ("any",)',
+        'return ("any", *("r:" + r for r in touched))',
+        'return ("any",)',
     ),
     (
         "_pipeline",
         "a write naming no resource spares resource reads",
-        'names = ("any", "*")',
-        'names = ("any",)',
+        '    return ("any", "*")\n',
+        '    return ("any",)\n',
     ),
     (
         "_pipeline",
