@@ -153,30 +153,45 @@ class Window(Sequence[Observation]):
     def load(self, steps: Sequence[Observation]) -> None:
         """Put judged steps back in an empty window (a record, the steps kept by
         ``adopt``) and count them in its indexes."""
+        keys = self.keys
         for step in steps:
             self.steps.append(step)
-            self._count(step)
+            keys[step.key] = keys.get(step.key, 0) + 1
+            if step.nlen >= 0:
+                self._count_result(step)
         self.units.fit(self.steps)
 
     # -- a judged step joins the window --------------------------------------------------
 
     def push(self, step: Observation) -> None:
-        old = self.steps[0] if len(self.steps) == self.steps.maxlen else None
-        if old is not None:
-            self._evict(old)
-        if self.steps:
-            self.steps[-1]._compact()
+        # the keys counted inline, without helper frames: every step pays them (bench/overhead.py)
+        steps, keys = self.steps, self.keys
+        old = steps[0] if len(steps) == steps.maxlen else None
+        if old is not None:  # the oldest step leaves the window: uncount it
+            if self.last_of_key.get(old.key) is old:
+                del self.last_of_key[old.key]
+            left = keys[old.key] - 1
+            if left:
+                keys[old.key] = left
+            else:
+                del keys[old.key]
+            if old.nlen >= 0:
+                self._uncount_result(old)
+        if steps:
+            steps[-1]._compact()
         for o in self.held:
             o._compact()
         self.held.clear()
         step._settle()
-        self.steps.append(step)
+        steps.append(step)
         self.pushed += 1
-        self._count(step)
-        if step.nlen >= 0 and step.units:
-            self.page = step
+        keys[step.key] = keys.get(step.key, 0) + 1
+        if step.nlen >= 0:
+            self._count_result(step)
+            if step.units:
+                self.page = step
         if step.units or (old is not None and old.units):
-            self.units.fit(self.steps)  # the units counted changed: resize if need be
+            self.units.fit(steps)  # the units counted changed: resize if need be
         # the last result of the call (a served one repeats it)
         if self.last_of_key.get(step.key) is None or (
             step.status is not CACHED and step.status is not CORRECTED
@@ -185,28 +200,23 @@ class Window(Sequence[Observation]):
         if step.nlen >= SHORT and not self.pushed & 1 and not self.plugged:
             self.retire()  # after every other long result, as session records were written
 
-    def _count(self, step: Observation) -> None:
-        self.keys[step.key] = self.keys.get(step.key, 0) + 1
-        if step.nlen >= 0:
-            self.norms[step.nkey] = self.norms.get(step.nkey, 0) + 1
-            if step.probe:
-                self.probes[step.probe] = self.probes.get(step.probe, 0) + 1
-            if step.units:
-                self.units.add(step.units)
+    def _count_result(self, step: Observation) -> None:
+        """Count a step's result (one with ``nlen >= 0``) in the result indexes."""
+        self.norms[step.nkey] = self.norms.get(step.nkey, 0) + 1
+        if step.probe:
+            self.probes[step.probe] = self.probes.get(step.probe, 0) + 1
+        if step.units:
+            self.units.add(step.units)
 
-    def _evict(self, old: Observation) -> None:
-        """The oldest step leaves the window: uncount it."""
-        if self.last_of_key.get(old.key) is old:
-            del self.last_of_key[old.key]
-        _remove(self.keys, old.key)
-        if old.nlen >= 0:
-            _remove(self.norms, old.nkey)
-            if old.probe:
-                _remove(self.probes, old.probe)
-            if old.units:
-                self.units.remove(old.units)
-            if self.page is old:
-                self.page = None
+    def _uncount_result(self, old: Observation) -> None:
+        """The oldest step, with a result, leaves the window: uncount its result."""
+        _remove(self.norms, old.nkey)
+        if old.probe:
+            _remove(self.probes, old.probe)
+        if old.units:
+            self.units.remove(old.units)
+        if self.page is old:
+            self.page = None
 
     # -- what an older step keeps --------------------------------------------------------
 
