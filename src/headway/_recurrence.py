@@ -27,8 +27,7 @@ rules set it, so this never stops a run on its own.
 
 State per session: one entry per window step (three 64-bit digests) and a reference to
 the last result that shows element numbers (a browser's page, up to 64 KiB: where the
-next call's numbers are read). Not carried in a session record: on another worker it
-starts afresh.
+next call's numbers are read). A session record carries the entries, not the page.
 """
 
 from __future__ import annotations
@@ -37,7 +36,7 @@ import hashlib
 import re
 from collections import deque
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -130,6 +129,17 @@ class Recurrence:
             return 0
         return stable_hash(f"{tool}\x1f{target}\x1f{norm}") or 1
 
+    def dump(self) -> list[list[Any]]:
+        """The window's entries as JSON (a session record); the last page is not kept."""
+        return [list(s) for s in self._steps]
+
+    def load(self, entries: Sequence[Sequence[Any]]) -> None:
+        """Replace the window by ``dump()``'s entries (of any worker)."""
+        self.clear()
+        self._steps.extend(
+            _Seen(str(e[0]), int(e[1]), int(e[2]), int(e[3]), bool(e[4])) for e in entries
+        )
+
     def _target(self, parsed: object, args: str, targets: Sequence[str]) -> tuple[str, bool]:
         """The call's arguments with each target argument that names an element of the
         last page replaced by that element (its tag, attributes and text), and whether
@@ -194,7 +204,7 @@ def _state(text: str, parsed: object) -> tuple[int, int]:
     data = text.encode("utf-8", "surrogatepass")  # one copy: the body is hashed in place
     cut = data.find(b"\n")
     first = text if cut < 0 else text[: text.find("\n")]
-    if isinstance(parsed, dict):
+    if cut >= 0 and isinstance(parsed, dict):  # a one-line result is all answer, no report
         for value in parsed.values():
             if isinstance(value, str) and len(value) >= _ECHO_MIN and value in first:
                 first = first.replace(value, "\x00")

@@ -3,7 +3,7 @@ judged steps, the indexes the detectors look things up in (keys, results, short 
 content units, the last page), the session's counters (repeat, no progress), each tool's
 state (its error run, polls, last result) and version (a new version is a new epoch),
 and the memory of the recurrence signal (``recur``: targets and states, cleared with the
-rest on a user turn or a new version, and not part of a session record).
+rest on a user turn or a new version).
 
 The window is a read-only ``Sequence`` of its steps, which is what a plug-in detector is
 given; the built-in detectors read its indexes too. Its record for a shared session is in
