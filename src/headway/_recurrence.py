@@ -120,7 +120,7 @@ class Recurrence:
         return times if times >= _TIMES else 0
 
     def probe(self, tool: str, args: str, norm: str, targets: Sequence[str]) -> int:
-        """A short answer's probe (``Monitor._probes``: a tool, the words of its query and
+        """A short answer's probe (``Window.probes``: a tool, the words of its query and
         the answer) for a call that acts on an element: the element, not the words of its
         arguments (``{"index": 12}`` and ``{"index": 40}`` have the same words). 0 when the
         call names no element of the last page."""
