@@ -1,6 +1,7 @@
 """Replay the published agent runs in ../shared/traces/ through a Governor.
 
     python bench/replay_traces.py [--traces DIR] [--limit N] [--source NAME ...] [--steps FILE]
+    python bench/replay_traces.py --labelled [--traces DIR]
 
 Each recorded call goes through a real Governor in enforce mode; the recorded observation
 stands in for the tool. Tools are declared by what they do: tau-bench's write tools (the
@@ -18,6 +19,17 @@ a correction, runs stopped by a loop rule, and among the runs that succeeded (re
 the source's own verdict) how many were corrected and how many stopped (must be 0), with
 the id of each such stopped run. For Magentic-One it also compares with the
 orchestrator's own "is in loop" self-report.
+
+``--labelled`` replays the runs people labelled for loops (``DIR/labelled/``, with
+``loops.json``) and scores headway against the labels: a run is flagged at its first
+correction or stop; per source and per loop kind it prints TP/FP/FN, precision, recall
+and F1, the stops on runs labelled "not a loop", and the naive "3 identical calls in a
+row" rule beside it. BFCL's tools are declared by what they do: the record's
+``side_effect`` flag (the BFCL tool changes its environment: ``cd``, ``mv``, ``echo``,
+``post_tweet``...) marks a write, the others (``ls``, ``cat``, ``get_stock_info``...) are
+deterministic reads of a state that any write invalidates; a new user turn of the
+conversation (the record's ``turn``) is reported as ``session.user_turn()``, as an
+integration does.
 
 ``--steps FILE`` also writes every call's verdict, one JSON line each (its audit record's
 status, mark, signals, decision, digests and stop, and the correction text), so that two
@@ -38,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 import headway
+from headway._spec import error_result
 from headway.shell import command_effect, is_dynamic, shell_resources
 from headway.similarity import DEFAULT_NORMALIZERS, strip_element_refs
 
@@ -52,6 +65,7 @@ SOURCES = [
     "wai_browseruse_gemini",
     "codetracer_claudecode_tb1",
 ]
+LABELLED = ["wai_browseruse_gemini", "codetracer_claudecode_tb1", "bfcl_gptoss_multiturn"]
 VIEW_TOOLS = {
     "click",
     "type",
@@ -77,6 +91,7 @@ VIEW_TOOLS = {
     "go_back",
     "find_text",
     "extract",
+    "dropdown_options",
 }
 POLL_TOOLS = {"BashOutput", "TaskOutput"}  # status of a background shell: poll=True
 
@@ -101,6 +116,12 @@ _shell: dict[str, Any] = {"resources": shell_resources} if FINE else {}
 def spec_for(source: str, rec: dict[str, Any]) -> dict[str, Any]:
     """How an operator would declare this recorded tool (see the module docstring)."""
     tool = rec["tool"]
+    if source.startswith("bfcl_"):  # the BFCL tool's own nature; unknown names: writes
+        return (
+            {"effect": "read", "deterministic": True}
+            if rec.get("side_effect") is False
+            else {"effect": "write"}
+        )
     if source.startswith(("tau_", "agentrx")):
         return (
             {"effect": "write"}
@@ -182,8 +203,15 @@ def replay_run(
     source: str, calls: list[dict[str, Any]], steps: list[dict[str, Any]] | None = None
 ) -> dict[str, Any]:
     verdicts = _Verdicts()
-    gov = headway.Governor(audit=[] if steps is None else [verdicts], normalizers=NORMALIZERS)
     current: dict[str, Any] = {}
+
+    def is_error(value: Any) -> bool:
+        # the framework's own error status (Claude Code's is_error), else the default
+        return bool(current.get("is_error")) or error_result(value)
+
+    gov = headway.Governor(
+        audit=[] if steps is None else [verdicts], normalizers=NORMALIZERS, is_error=is_error
+    )
 
     def tool(**_: Any) -> str:
         current["executed"] = True
@@ -193,7 +221,11 @@ def replay_run(
     held: dict[str, str] = {}  # call -> the value it last executed or was served
     out = collections.Counter[str]()
     s = gov.session(calls[0]["run_id"])
+    turn = calls[0].get("turn")
     for rec in calls:
+        if rec.get("turn", turn) != turn:  # a new user request of a multi-turn conversation
+            turn = rec.get("turn")
+            s.user_turn()
         name = rec["tool"]
         reason = skip(rec)
         if reason is not None:
@@ -211,7 +243,7 @@ def replay_run(
             and is_dynamic(args["command"])
         ):
             args = {**args}  # a dynamic read: executed each time (declared below)
-        current.update(value=observation(rec), executed=False)
+        current.update(value=observation(rec), executed=False, is_error=rec.get("is_error"))
         out["calls"] += 1
         try:
             o = s.call(name, args)
@@ -220,6 +252,7 @@ def replay_run(
         except headway.LoopDetected as stop:
             out["stopped"] = 1
             out["stop_step"] = rec["step"]
+            out.setdefault("flag_step", rec["step"])
             out["stop_signal_" + stop.diagnostic["signal"]] = 1
             break
         except headway.ArgumentError:
@@ -248,6 +281,8 @@ def replay_run(
                 out["harness_stub" if stub else "stale"] += 1
         if o.correction is not None:
             out["with_correction"] += 1
+        if o.correction is not None or o.status is headway.Status.CORRECTED:
+            out.setdefault("flag_step", rec["step"])  # the run's first correction
     out["corrected_run"] = int(out["corrected"] + out["with_correction"] > 0)
     return dict(out)
 
@@ -310,6 +345,67 @@ def self_reported_loops(traces: Path) -> dict[str, bool]:
     return out
 
 
+def _score(tp: int, fp: int, fn: int) -> str:
+    p = tp / (tp + fp) if tp + fp else 0.0
+    r = tp / (tp + fn) if tp + fn else 0.0
+    f1 = 2 * p * r / (p + r) if p + r else 0.0
+    return f"TP {tp:>3} FP {fp:>3} FN {fn:>3}  P {p:.2f} R {r:.2f} F1 {f1:.2f}"
+
+
+def labelled(traces: Path, verbose: bool) -> None:
+    """Score the first correction or stop of each labelled run against people's labels."""
+    folder = traces / "labelled"
+    labels = {
+        (x["source"], x["run_id"]): x for x in json.loads((folder / "loops.json").read_text())
+    }
+    rows: list[tuple[str, str, bool, bool, bool, bool]] = []  # source, kind, loop, flagged...
+    for source in LABELLED:
+        path = folder / f"{source}.calls.jsonl.gz"
+        if not path.exists():
+            continue
+        won = succeeded(folder, source)
+        for calls in runs(path, None):
+            rid = calls[0]["run_id"]
+            label = labels.get((source, rid))
+            if label is None:
+                continue
+            r = replay_run(source, calls)
+            flagged = "flag_step" in r
+            naive = peer_rules(source, calls)["3_in_a_row"]
+            kind = label.get("kind") or "not_a_loop"
+            rows.append((source, kind, bool(label["loop"]), flagged, bool(r.get("stopped")), naive))
+            if verbose and flagged != bool(label["loop"]):
+                what = "FN" if label["loop"] else "FP"
+                print(
+                    f"{what} {source[:10]} {kind:<26} flag@{r.get('flag_step')} "
+                    f"label@{label.get('first_step')} {rid}"
+                )
+            if r.get("stopped") and won.get(rid):
+                print(f"  stopped although it succeeded: {source} {rid}")
+
+    def line(name: str, sel: list[tuple[str, str, bool, bool, bool, bool]]) -> None:
+        tp = sum(1 for x in sel if x[2] and x[3])
+        fp = sum(1 for x in sel if not x[2] and x[3])
+        fn = sum(1 for x in sel if x[2] and not x[3])
+        ntp = sum(1 for x in sel if x[2] and x[5])
+        nfp = sum(1 for x in sel if not x[2] and x[5])
+        nfn = sum(1 for x in sel if x[2] and not x[5])
+        stops = sum(1 for x in sel if not x[2] and x[4])
+        print(
+            f"{name:<28} {len(sel):>4}  headway {_score(tp, fp, fn)}  stops on not-a-loop "
+            f"{stops}   naive 3-in-a-row {_score(ntp, nfp, nfn)}"
+        )
+
+    print(f"{'labelled runs':<28} {'runs':>4}")
+    line("all", rows)
+    for source in LABELLED:
+        line(source, [x for x in rows if x[0] == source])
+    not_loops = [x for x in rows if not x[2]]
+    for kind in sorted({x[1] for x in rows if x[2]}):
+        # per kind: the runs of that kind (recall), and every not-a-loop run (false alarms)
+        line(f"kind {kind}", [x for x in rows if x[1] == kind] + not_loops)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--traces", type=Path, default=DEFAULT)
@@ -328,7 +424,14 @@ def main() -> None:
         help="add the opt-in normaliser of browser element numbers",
     )
     ap.add_argument("--steps", type=Path, help="write every call's verdict here (JSON lines)")
+    ap.add_argument(
+        "--labelled", action="store_true", help="score loop judgment on the labelled runs"
+    )
+    ap.add_argument("--misses", action="store_true", help="with --labelled: list FP and FN runs")
     a = ap.parse_args()
+    if a.labelled:
+        labelled(a.traces, a.misses)
+        return
     steps: list[dict[str, Any]] | None = None if a.steps is None else []
     if not a.traces.exists():
         print(f"no traces at {a.traces}: nothing to replay")

@@ -123,6 +123,7 @@ def _judge(ctx: Context, st: SessionState, c: Call, now: float) -> _Judged:
             text,
             c.fingerprint,
             summarize(c.canon, spec.redact_names, 300),  # shown in corrections
+            spec.targets,
         )
         v = monitor.after(spec, obs, c.value, now, st.no_progress_limit)
         mark, signals = v.mark, v.signals

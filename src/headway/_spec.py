@@ -38,6 +38,7 @@ class ToolOptions(TypedDict, total=False):
     progress_fields: Sequence[str] | str | None
     no_progress_limit: int | None
     ignore_fields: Sequence[str] | str
+    targets: Sequence[str] | str
     timeout: float | None
     retry: Any
     breaker: Any
@@ -76,6 +77,9 @@ class ToolSpec:
     progress_fields: tuple[str, ...] | None = None
     no_progress_limit: int | None = None
     ignore_fields: tuple[str, ...] = ()
+    # arguments that number an element of the page the agent saw (a browser's ``index``):
+    # read as the element the page shows under that number (``_recurrence``)
+    targets: tuple[str, ...] = ("index",)
     timeout: float | None = 30.0
     retry: Any = None
     breaker: Any = None
@@ -204,7 +208,14 @@ def make_spec(name: str, fn: Callable[..., Any] | None, **options: Any) -> ToolS
     unknown = sorted(set(options) - fields)
     if unknown:
         raise ConfigError(f"tool {name!r}: unknown option(s) {', '.join(unknown)}")
-    for key in ("invalidates", "progress_fields", "ignore_fields", "redact", "resources"):
+    for key in (
+        "invalidates",
+        "progress_fields",
+        "ignore_fields",
+        "redact",
+        "resources",
+        "targets",
+    ):
         value = options.get(key)
         if isinstance(value, str):
             options[key] = (value,)

@@ -14,7 +14,9 @@ for a shared session as a record (``_record``).
     _likeness        how two results compare (near-duplicates, news, growth)
     _protocol        the Detector protocol; how a plug-in is run
     _repeat, _cycle, _same_result, _near_duplicate      the signals
-    _repeated_error, _progress                           the marks
+    _repeated_error, _progress                           the marks (errors reported as
+                                                         text: ``headway._text_errors``)
+    _recurrence      the signal read last, over the marks (``headway._recurrence``)
     _decide          corrections, escalation, stops
     _monitor         the detectors in order, and the Monitor that runs them
 """
@@ -26,6 +28,7 @@ from ._near_duplicate import NearDuplicate
 from ._observation import Mark, Observation
 from ._progress import ProgressMark
 from ._protocol import Detector
+from ._recurrence import Recurrence
 from ._repeat import Repeat
 from ._repeated_error import RepeatedError
 from ._same_result import SameResult
@@ -44,6 +47,7 @@ __all__ = [
     "NearDuplicate",
     "Observation",
     "ProgressMark",
+    "Recurrence",
     "Repeat",
     "RepeatedError",
     "SameResult",

@@ -84,8 +84,9 @@ def _last(prev: Observation | None, *, current: bool) -> str:
 
 def correction(window: Window, spec: ToolSpec, step: Observation) -> str | None:
     """The correction a step gets for what it repeated (judged before it joins the
-    window): the 3rd failure in a row with the same error, or an executed read that
-    returned the same result as the identical calls before it."""
+    window): the 3rd failure in a row with the same error (raised, or reported as text),
+    or else an executed read that returned the same result as the identical calls before
+    it."""
     if step.status is ERROR:
         run = window.errors.get(step.tool, ("", 0))[1]
         if run >= 3:
@@ -95,9 +96,30 @@ def correction(window: Window, spec: ToolSpec, step: Observation) -> str | None:
                 "approach will fail again: change the arguments, use another tool, or report "
                 "the problem."
             )
-    elif step.status is EXECUTED and step.effect == "read" and step.unchanged and not spec.poll:
-        return _repeat_note(window, spec, step)
+    elif step.status is EXECUTED:
+        # an executed step has a run of errors only when it reported a failure as text
+        # (``RepeatedError``: any other answer ended the run)
+        failed = window.errors.get(step.tool)
+        if failed is not None and failed[1] >= 3:
+            return (
+                f"headway: {step.tool} reported the same failure {failed[1]} times in a row "
+                f"(last arguments {step.args[:300]}): {(step.text or '')[:500]!r}. The same "
+                "approach will fail again: change the arguments, use another tool, or report "
+                "the problem."
+            )
+        if step.effect == "read" and step.unchanged and not spec.poll:
+            return _repeat_note(window, spec, step)
     return None
+
+
+def recurrence_note(step: Observation, times: int) -> str:
+    """The correction of a recurrence (``Recurrence``), given to a step that has no other."""
+    return (
+        f"headway: {step.tool} {step.args[:200]} brought you back to a result you already "
+        f"had ({times} times now, with nothing new in between: the same element or request, "
+        "the same page or answer); going round again will not help: use what you have, try "
+        "a different approach, or finish."
+    )
 
 
 def _repeat_note(window: Window, spec: ToolSpec, step: Observation) -> str | None:

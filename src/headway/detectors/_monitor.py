@@ -23,6 +23,7 @@ from ._observation import Observation
 from ._progress import ProgressMark
 from ._protocol import Detector, PlugIn
 from ._reading import Reader
+from ._recurrence import Recurrence
 from ._repeat import Repeat
 from ._repeated_error import RepeatedError
 from ._same_result import SameResult
@@ -31,11 +32,13 @@ from ._window import Window
 # The detectors, in the order a step goes through them. Signals (semantics §3) of the
 # call are read on every step, signals of its result on a step that has one (not one
 # served from the cache or corrected); then the session's plug-ins (``detectors=``);
-# then the marks (§4.1), which read what the signals and plug-ins found. A new signal is
-# one more object in CALL_SIGNALS or RESULT_SIGNALS.
+# then the marks (§4.1), which read what the signals and plug-ins found, and last the
+# recurrence, which reads the mark (its correction comes after every other one, and only
+# on a step with a result). A new signal is one more object in CALL_SIGNALS or
+# RESULT_SIGNALS.
 CALL_SIGNALS: tuple[Detector, ...] = (Repeat(), Cycle())
 RESULT_SIGNALS: tuple[Detector, ...] = (SameResult(), NearDuplicate())
-MARKS: tuple[Detector, ...] = (RepeatedError(), ProgressMark())
+MARKS: tuple[Detector, ...] = (RepeatedError(), ProgressMark(), Recurrence())
 SIGNALS = CALL_SIGNALS + RESULT_SIGNALS
 DEFAULT_DETECTORS = SIGNALS + MARKS
 
@@ -124,10 +127,26 @@ class Monitor:
         text: str | None,
         error: str | None = None,
         args: str = "",
+        targets: Sequence[str] = (),
     ) -> Observation:
-        """A step to pass to ``after()``; stored texts are capped so memory stays bounded."""
-        prev = self.window.last_of_key.get(key)
-        return self.reader.read(prev, index, tool, key, args_id, effect, status, text, error, args)
+        """A step to pass to ``after()``; stored texts are capped so memory stays bounded.
+        ``targets``: the tool's arguments that name an element (``ToolSpec.targets``)."""
+        window = self.window
+        prev = window.last_of_key.get(key)
+        return self.reader.read(
+            prev,
+            index,
+            tool,
+            key,
+            args_id,
+            effect,
+            status,
+            text,
+            error,
+            args,
+            window.recur,
+            targets,
+        )
 
     def after(
         self,
@@ -157,7 +176,11 @@ class Monitor:
         if spec.poll and step.status is EXECUTED:
             stop = _decide.poll_budget(window, spec, step, now)
         window.push(step)
-        return _decide.escalate(window, spec, step, signals, correction, stop, session_limit)
+        verdict = _decide.escalate(window, spec, step, signals, correction, stop, session_limit)
+        times = signals.get("recurrence")
+        if type(times) is int and verdict.correction is None:  # a plug-in's would be a dict
+            return verdict._replace(correction=_decide.recurrence_note(step, times))
+        return verdict
 
     # -- a session record (a session shared by workers through the store) ------------------
 

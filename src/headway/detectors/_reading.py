@@ -1,6 +1,7 @@
 """How one call is read into an ``Observation`` (semantics §3): its result normalised
 (cosmetic normalisers for every comparison, volatile ones only against the same call's
-previous result), a short answer's probe, a long one's content units, and the caps that
+previous result), a short answer's probe (by the element a call acts on, when it names
+one of the last page: ``headway._recurrence``), a long one's content units, and the caps that
 keep a step's memory bounded. What a new rule needs to see of the arguments or the result
 is computed here, once per call."""
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .._recurrence import Recurrence
 from ..outcome import CACHED, CORRECTED, Status
 from ..similarity import (
     SHORT,
@@ -46,6 +48,8 @@ class Reader:
         text: str | None,
         error: str | None = None,
         args: str = "",
+        recur: Recurrence | None = None,
+        targets: Sequence[str] = (),
     ) -> Observation:
         if prev is not None:  # a repeated call: the window keeps its texts once
             key = prev.key
@@ -83,6 +87,10 @@ class Reader:
             text = text[:KEEP]
         if len(args) > ARGS_KEPT:
             args = args[:ARGS_KEPT] + "..."
+        if probe and targets and recur is not None:
+            # a short answer to a call on an element is probed by the element, read from
+            # the last page (``{"index": 12}`` and ``{"index": 40}`` have the same words)
+            probe = recur.probe(tool, args, norm or "", targets) or probe
         step = Observation(
             index,
             tool,

@@ -12,7 +12,9 @@ reads any other's. A record is a JSON object::
      "n": n,                  # steps ever pushed (the window's version)
      "ver": {tool: version},  # absent in a record written before versions were kept
      "err": {tool: [fingerprint, run]}, "polls": {key: [polls, since]},
-     "lv": {tool: value}}     # each tool's last result, when small and JSON
+     "lv": {tool: value},     # each tool's last result, when small and JSON
+     "rc": [[tool, target, state, body, new], ...]}  # the recurrence's entries (absent
+                              # in older records; its last page is not kept)
 
 A step is ``[index, tool, key, args_id (null when the key holds it), effect, status,
 text head, text length, norm (head and tail past 4 KiB), nkey (null when norm is its own
@@ -65,6 +67,7 @@ def snapshot(window: Window) -> dict[str, Any]:
             for t, v in ((t, _json_copy(v)) for t, v in window.last_value.items())
             if v is not _NOT_KEPT
         },
+        "rc": window.recur.dump(),
     }
 
 
@@ -84,6 +87,7 @@ def restore(window: Window, data: Mapping[str, Any]) -> None:
     window.errors = {t: (v[0], v[1]) for t, v in data["err"].items()}
     window.polls = {k: (v[0], v[1]) for k, v in data["polls"].items()}
     window.last_value = dict(data["lv"])
+    window.recur.load(data.get("rc", ()))  # not in a record written before it
 
 
 def _dump_step(o: Observation) -> str:

@@ -1,7 +1,9 @@
 """What a session remembers of its recent steps (semantics §3): the bounded ``Window`` of
 judged steps, the indexes the detectors look things up in (keys, results, short answers,
 content units, the last page), the session's counters (repeat, no progress), each tool's
-state (its error run, polls, last result) and version (a new version is a new epoch).
+state (its error run, polls, last result) and version (a new version is a new epoch),
+and the memory of the recurrence signal (``recur``: targets and states, cleared with the
+rest on a user turn or a new version).
 
 The window is a read-only ``Sequence`` of its steps, which is what a plug-in detector is
 given; the built-in detectors read its indexes too. Its record for a shared session is in
@@ -16,6 +18,7 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import Any, overload
 
+from .._recurrence import Recurrence
 from .._seen import Seen
 from ..outcome import CACHED, CORRECTED
 from ..similarity import SHORT, UNITS
@@ -41,6 +44,7 @@ class Window(Sequence[Observation]):
         "polls",
         "probes",
         "pushed",
+        "recur",
         "repeat",
         "repeat_key",
         "steps",
@@ -69,6 +73,7 @@ class Window(Sequence[Observation]):
         self.polls: dict[str, tuple[int, float]] = {}  # key -> (unchanged polls, since)
         self.last_value: dict[str, Any] = {}  # tool -> last successful result
         self.versions: dict[str, str] = {}  # tool -> the version its steps were made under
+        self.recur = Recurrence(size)  # the same target, the same state, nothing new
 
     # -- a read-only sequence of the steps ----------------------------------------------
 
@@ -116,6 +121,7 @@ class Window(Sequence[Observation]):
         self.probes.clear()
         self.page = None
         self.held.clear()
+        self.recur.clear()
         self.pushed += 1
 
     def adopt(self, tool: str, version: str) -> None:

@@ -1,0 +1,221 @@
+"""Recurrence (semantics §3, §4.1): the same target reaching the same state again with
+nothing new since the last time: a loop whatever the arguments look like.
+
+Exact keys miss the loops of browser and exploring agents. A browser renumbers its
+elements on every step, so clicking the same icon seven times is seven different calls;
+opening and closing a dropdown alternates between two pages; a reworded search that finds
+nothing echoes its own words back. What stays the same is what a loop is made of:
+
+- the *target*: an element is what it is (its tag, label and text as the page the agent
+  saw shows it), not the number the page gave it this step. A tool's target arguments
+  (``ToolSpec.targets``, by default ``index``) are read as element numbers when the last
+  page shows that number (``[123]<button ...``), and replaced by that element;
+- the *state*: the result with the page's element numbers and the echo of the call's own
+  arguments in its first line set aside (volatile parts are content between calls);
+- *nothing new*: every step since the last time this (target, state) came up returned a
+  state the window had already seen, and no write with new arguments ran.
+
+The third time a (target, state) comes up with nothing new since the second, the step
+gets a correction (signal ``recurrence``). A long result (a page) is a state in its own
+right: the same tool reaching the same page three times with nothing new between is a
+recurrence whatever the arguments of the read (scrolling a page that no longer moves, reworded
+searches on an unchanged page), unless the call acts on an element: then the element is
+the target (five fields filled on one page are five targets). A short one ("Clicked", "[]") says little of the state: it counts
+only with the same target. Exact repeats, cycles of period 2 and more (alternation) and
+reworded queries are all recurrences. Only a correction: the mark stays as the progress
+rules set it, so this never stops a run on its own.
+
+State per session: one entry per window step (three 64-bit digests) and a reference to
+the last result that shows element numbers (a browser's page, up to 64 KiB: where the
+next call's numbers are read). A session record carries the entries, not the page.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import deque
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import orjson
+
+from .similarity import SHORT, stable_hash
+
+_REF = re.compile(r"\[\d+\]<")  # an element number on a browser page (a literal start: fast)
+_TIMES = 3  # the third time a (target, state) comes up: as the read repeat and cycle rules
+_PAGE_KEPT = 65_536  # characters of the last page kept to read element numbers from
+_CONTEXT_LINES = 12  # lines after an element looked at for the text that names it
+_CONTEXT_CHARS = 2048
+_CONTEXT_TEXTS = 2  # texts that name an element: a row's sender and subject
+_ECHO_MIN = 3
+_BLANK_MAX = 256  # a body longer than this is not looked at for being only blanks  # text arguments shorter than this are not looked for in the result
+
+
+class _Seen(NamedTuple):
+    tool: str
+    target: int  # hash of the tool's arguments with element numbers read as elements
+    state: int  # digest of the result as a state (0 when there is none to compare)
+    body: int  # digest of what the result shows past the tool's report of what it did
+    new: bool  # the step brought something new
+
+
+class Recurrence:
+    """One session's recurrence window (I/O-free)."""
+
+    __slots__ = ("_page", "_steps")
+
+    def __init__(self, window: int) -> None:
+        self._steps: deque[_Seen] = deque(maxlen=window)
+        self._page: str | None = None
+
+    def clear(self) -> None:
+        """A new user turn: nothing counted before it counts after."""
+        self._steps.clear()
+        self._page = None
+
+    def observe(
+        self,
+        tool: str,
+        args: str,
+        args_id: str,
+        text: str | None,
+        *,
+        targets: Sequence[str],
+        read: bool,
+        fresh_write: bool,
+    ) -> int:
+        """Record a step; return how many times its (target, state) has come up, counted
+        back to the last step that brought something new (0 below three).
+
+        ``args`` is the call's canonical JSON as the audit shows it (cut past 300
+        characters), ``args_id`` a digest of the whole of it; ``text`` its result, None when there is no
+        result to compare (an error, a served result); ``read`` whether the call is a read
+        (a write's result is its acknowledgement, not a state: only the same write counts);
+        ``fresh_write`` a write with arguments not seen before (progress by §4.1)."""
+        parsed = _parse(args)
+        resolved, element = self._target(parsed, args, targets)
+        # the whole arguments' digest (``args`` is cut for the audit) unless an element
+        # stands for its number
+        target = stable_hash(resolved if element else tool + "\x1f" + args_id)
+        steps = self._steps
+        if text is None:
+            steps.append(_Seen(tool, target, 0, 0, fresh_write))
+            return 0
+        state, body = _state(text, parsed)
+        # a read's page is a state in its own right, unless an element is acted on
+        page = read and len(text) >= SHORT and not element
+        times = 1
+        for s in reversed(steps):
+            if s.state == state and s.tool == tool and (page or s.target == target):
+                times += 1
+            elif s.new:
+                break
+        # new: what the result shows (a page past the line reporting the action: a page
+        # navigated to again is not new) was not in the window
+        new = fresh_write or all(s.body != body for s in steps)
+        steps.append(_Seen(tool, target, state, body, new))
+        if "]<" in text:  # a page with element numbers: the next call's numbers refer to it
+            self._page = text[:_PAGE_KEPT]
+        return times if times >= _TIMES else 0
+
+    def probe(self, tool: str, args: str, norm: str, targets: Sequence[str]) -> int:
+        """A short answer's probe (``Window.probes``: a tool, the words of its query and
+        the answer) for a call that acts on an element: the element, not the words of its
+        arguments (``{"index": 12}`` and ``{"index": 40}`` have the same words). 0 when the
+        call names no element of the last page."""
+        target, element = self._target(_parse(args), args, targets)
+        if not element or target == args:
+            return 0
+        return stable_hash(f"{tool}\x1f{target}\x1f{norm}") or 1
+
+    def dump(self) -> list[list[Any]]:
+        """The window's entries as JSON (a session record); the last page is not kept."""
+        return [list(s) for s in self._steps]
+
+    def load(self, entries: Sequence[Sequence[Any]]) -> None:
+        """Replace the window by ``dump()``'s entries (of any worker)."""
+        self.clear()
+        self._steps.extend(
+            _Seen(str(e[0]), int(e[1]), int(e[2]), int(e[3]), bool(e[4])) for e in entries
+        )
+
+    def _target(self, parsed: object, args: str, targets: Sequence[str]) -> tuple[str, bool]:
+        """The call's arguments with each target argument that names an element of the
+        last page replaced by that element (its tag, attributes and text), and whether
+        one did."""
+        if not targets or not isinstance(parsed, dict):
+            return args, False
+        named = {t: parsed[t] for t in targets if t in parsed}
+        if not named:
+            return args, False
+        page = self._page
+        resolved = dict(parsed)
+        for name, value in named.items():
+            element = None if page is None else _element(page, value)
+            resolved[name] = element if element is not None else value
+        return orjson.dumps(resolved, option=orjson.OPT_SORT_KEYS).decode(), True
+
+
+def _parse(args: str) -> object:
+    try:
+        return orjson.loads(args)
+    except orjson.JSONDecodeError:  # cut for the audit, or not JSON: compared as text
+        return None
+
+
+def _element(page: str, value: object) -> str | None:
+    """What the element numbered ``value`` is on ``page``: its line without the number,
+    and the first texts under it or after it in its parent (a row's check box is told from
+    the next row's by the row's text); None when the page has no such element."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).isdigit():
+        return None
+    at = page.find(f"[{value}]<")
+    if at < 0:
+        return None
+    start = page.rfind("\n", 0, at) + 1
+    lines = page[start : start + _CONTEXT_CHARS].split("\n", _CONTEXT_LINES + 1)
+    own = lines[0]
+    depth = len(own) - len(own.lstrip())
+    texts: list[str] = []
+    for line in lines[1 : _CONTEXT_LINES + 1]:
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if len(line) - len(line.lstrip()) < depth:
+            break  # out of the element's parent
+        if "]<" not in stripped:
+            texts.append(stripped)
+            if len(texts) == _CONTEXT_TEXTS:
+                break
+    return " ".join(_REF.sub("<", own).replace("*<", "<").split()) + " | " + " | ".join(texts)
+
+
+def _state(text: str, parsed: object) -> tuple[int, int]:
+    """Digests of the result as a state, and of what it shows past its first line (the
+    tool's report of what it did) when it shows more. Element numbers (and the mark of an
+    element new since the last step) and the echo of the call's own arguments in the
+    report ('No matches for "X"') are set aside. Volatile parts are not: between calls
+    with other arguments they are content (semantics §3)."""
+    if "]<" in text:
+        text = _REF.sub("[#]<", text)
+        if "*[#]<" in text:
+            text = text.replace("*[#]<", "[#]<")
+    data = text.encode("utf-8", "surrogatepass")  # one copy: the body is hashed in place
+    cut = data.find(b"\n")
+    first = text if cut < 0 else text[: text.find("\n")]
+    if cut >= 0 and isinstance(parsed, dict):  # a one-line result is all answer, no report
+        for value in parsed.values():
+            if isinstance(value, str) and len(value) >= _ECHO_MIN and value in first:
+                first = first.replace(value, "\x00")
+            elif isinstance(value, (int, float)) and not isinstance(value, bool):
+                first = re.sub(rf"(?<![\d.]){re.escape(str(value))}(?![\d.])", "\x00", first)
+    body = 0
+    if cut >= 0 and (len(data) - cut > _BLANK_MAX or data[cut + 1 :].strip()):
+        body = _hash(memoryview(data)[cut + 1 :])
+    head = _hash(first.strip().encode("utf-8", "surrogatepass"))
+    return _hash(f"{head}:{body}".encode()), body or head
+
+
+def _hash(data: bytes | memoryview) -> int:
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little") or 1
