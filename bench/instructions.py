@@ -5,7 +5,7 @@
 Wall-clock timings on a shared machine swing by 2x from one run to the next; instruction
 counts do not. Each path runs under ``valgrind --tool=callgrind`` (valgrind must be
 installed) for 1,000 and for 3,000 calls after a warm-up, and the difference over 2,000
-calls is one call's count, start-up taken off. The setup is ``bench/overhead.py``'s: small
+calls is one call's count, start-up taken off. The setup is ``bench/overhead.py``'s (its arguments and budgets): small
 nested arguments, a deterministic read served from the session cache ("hit"), a read with
 retry and breaker that runs every time ("executed"), every budget set and never reached.
 ``PYTHONHASHSEED`` is fixed, so a run gives the same counts each time.
@@ -21,20 +21,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import headway
+from overhead import VARIANTS, unreachable_budgets
+
 HERE = Path(__file__).resolve()
 SRC = HERE.parents[1] / "src"
-ARGS = {
-    "ticker": "AAPL",
-    "filters": {"from": "2024-01-01", "fields": ["pe", "eps", "div"]},
-    "limit": 10,
-    "opts": [{"k": 1, "v": "x"}, {"k": 2, "v": True}],
-}
-VARIANTS = [{**ARGS, "limit": i} for i in range(64)]
 
 
 def work(path: str, n: int) -> None:
     """The measured process: a warm-up, then ``n`` calls of one path."""
-    import headway
 
     def tool(**kwargs: Any) -> dict[str, Any]:
         return {"ticker": kwargs["ticker"], "pe": 28.1}
@@ -42,15 +37,7 @@ def work(path: str, n: int) -> None:
     gov = headway.Governor(no_progress_limit=10**9)
     gov.register("cached", tool, effect="read", deterministic=True)
     gov.register("guarded", tool, effect="read", timeout=None, retry=headway.Retry(attempts=3))
-    budgets = headway.Budgets(
-        turns=10**9,
-        tool_calls=10**9,
-        per_tool_calls=10**9,
-        retries_per_tool=10**9,
-        wall_clock_s=10**9,
-        tokens=10**12,
-        cost=10.0**9,
-    )
+    budgets = unreachable_budgets(headway)
     session = gov.session(path, budgets=budgets)
     name = "cached" if path == "hit" else "guarded"
     for i in range(2000 + n):
