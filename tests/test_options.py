@@ -90,3 +90,27 @@ def test_a_misspelt_option_fails_mypy_and_raises(tmp_path: Path, gov: headway.Go
     assert f"{snippet}:6:" not in out  # the well-spelt call type-checks
     with pytest.raises(headway.ConfigError, match="unknown option"):
         gov.register("t", print, efect="read")  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("enforce", False), ("deadline_s", 1.0), ("store_failure", "open"), ("is_error", None)],
+)
+def test_an_option_every_call_reads_is_refused_after_construction(
+    gov: headway.Governor, name: str, value: object
+) -> None:
+    """Calls read these options from what the Governor was built with: setting one
+    afterwards would change the attribute and not the behaviour, so it is refused and
+    the option keeps its value."""
+    before = getattr(gov, name)
+    with pytest.raises(AttributeError, match=rf"pass {name}= to Governor"):
+        setattr(gov, name, value)
+    assert getattr(gov, name) == before
+    assert getattr(gov.context, name) == before
+
+
+def test_other_attributes_stay_settable(gov: headway.Governor) -> None:
+    """Options read when a session starts (the detector window, the limits) and the
+    Governor's own attributes are not guarded: only what the Context froze is."""
+    gov.no_progress_limit = 3
+    assert gov.no_progress_limit == 3

@@ -411,6 +411,42 @@ def test_single_flight_across_processes_through_the_store(kind: str, tmp_path: A
     assert runs == 1 and statuses == ["cached", "cached", "executed"]
 
 
+def test_a_flight_ends_only_its_own_claim(tmp_path: Any) -> None:
+    """A process whose claim of a read's flight outlived its time may find another
+    process's claim in its place when it finishes: it ends its own claim only, so the
+    other process's flight goes on; its entry is stored and its own claim, when still
+    there, is gone."""
+    db = tmp_path / "shared.db"
+    gov = headway.Governor(store=headway.SQLiteStore(str(db)))
+    other = {"at": 0, "by": "another process"}
+
+    def slow_lookup(q: str) -> str:
+        # meanwhile our claim expired and another process claimed the flight
+        flights = [k for k in _keys(db) if k.endswith(":flight")]
+        assert len(flights) == 1
+        gov.store.set(flights[0], other)
+        return f"found {q}"
+
+    gov.register("lookup", slow_lookup, effect="read", deterministic=True)
+    gov.register("mine", lambda q: f"mine {q}", effect="read", deterministic=True)
+    with gov.session("r") as s:
+        assert s.call("lookup", {"q": "x"}).status is headway.Status.EXECUTED
+        assert s.call("mine", {"q": "y"}).status is headway.Status.EXECUTED
+    flights = {k: gov.store.get(k) for k in _keys(db) if k.endswith(":flight")}
+    assert list(flights.values()) == [other]  # ours ended; the other process's stays
+    (flight,) = flights
+    entry = gov.store.get(flight.removesuffix(":flight"))
+    assert entry is not None and entry["v"] == "found x"
+    gov.close()
+
+
+def _keys(db: Any) -> list[str]:
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:
+        return [row[0] for row in conn.execute("SELECT key FROM headway_kv")]
+
+
 def test_resources_narrow_what_a_write_invalidates(gov: headway.Governor) -> None:
     reads = ScriptedTool([lambda path: f"contents of {path} v{len(writes.calls)}"])
     writes: ScriptedTool = ScriptedTool(["ok"])

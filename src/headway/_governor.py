@@ -9,6 +9,7 @@ The options are documented on ``Governor``.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -38,6 +39,10 @@ from .stores._signed import SignedStore
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+# the options every call reads from the Context (see GovernorBase.__setattr__)
+_CONTEXT_FIELDS = frozenset(f.name for f in dataclasses.fields(Context))
+
+
 def _wall_clock() -> float:
     return time.time()  # looked up on each call, so a patched time.time is honoured
 
@@ -48,6 +53,16 @@ def _monotonic() -> float:
 
 class GovernorBase:
     """A Governor's options, store, policies, registries and tools (``Governor``)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # every call reads these from the Context built once at construction: a later
+        # assignment would change the attribute and nothing else, silently
+        if name in _CONTEXT_FIELDS and "context" in self.__dict__:
+            raise AttributeError(
+                f"{name} is read by every call from the options given at construction: "
+                f"pass {name}= to Governor(...) instead of setting it afterwards"
+            )
+        object.__setattr__(self, name, value)
 
     def __init__(
         self,

@@ -11,6 +11,7 @@ and uncached, with a flag in the audit.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -195,11 +196,11 @@ def read(ctx: Context, st: SessionState, c: Call) -> Plan[None]:
             c.status, c.value, c.error = shared[0], _copy(shared[1]), shared[2]
             c.cache_hit = c.status is CACHED
             return
-    stored = owns_flight = False
+    stored, claim, flight = False, None, f"{c.cache_key}:flight"
     try:
         if leader and ctx.store.blocking:
             # other processes sharing the store: one of them computes, the others wait
-            owns_flight, entry = yield from _flight_across_processes(ctx, c)
+            claim, entry = yield from _flight_across_processes(ctx, c, flight)
             if entry is not None:
                 c.status, c.value, c.cache_hit, c.coalesced = CACHED, entry["v"], True, True
                 c.result_digest, c.result_size = entry.get("d"), entry.get("n")
@@ -215,10 +216,15 @@ def read(ctx: Context, st: SessionState, c: Call) -> Plan[None]:
                     "d": c.result_digest,
                     "n": c.result_size,
                 }
-                ok = yield from store_op(
-                    ctx, c, "set", c.cache_key, entry, spec.ttl or ctx.cache_gc_s
-                )
-                stored = ok is not None
+                # a cache entry only saves work: written without waiting for the disk, and
+                # with the end of our flight's claim in the same round trip
+                ttl = spec.ttl or ctx.cache_gc_s
+                if ctx.store.blocking:
+                    ops = [Op("set", c.cache_key, entry, ttl_s=ttl, durable=False)]
+                    done = yield from _trip(ctx, c, ops + _ending(flight, claim))
+                    stored, claim = done is not None and done[0] is True, None
+                else:  # an in-process store: no trip through the driver
+                    stored = direct_op(ctx, c, "set", c.cache_key, entry, ttl) is not None
                 if stored:
                     hold(ctx, st, c, entry)
                 else:
@@ -226,41 +232,63 @@ def read(ctx: Context, st: SessionState, c: Call) -> Plan[None]:
             else:
                 c.flag("too_large_to_cache")
     finally:
-        if owns_flight:
-            yield from store_op(ctx, c, "delete", c.cache_key + ":flight")
+        if claim is not None:
+            yield from _trip(ctx, c, _ending(flight, claim))
         if leader:
             shared_status = CACHED if c.status is EXECUTED else c.status
             ctx.flights.land(c.cache_key, (shared_status, _share(c, stored), c.error))
 
 
+def _ending(flight: str, claim: dict[str, Any] | None) -> list[Op]:
+    """The end of our claim of a flight: deleted only if it is still ours (a claim that
+    outlived its time may have been taken over by another process, whose claim stays)."""
+    if claim is None:
+        return []
+    return [Op("swap", flight, None, expected=claim, durable=False)]
+
+
+def _trip(ctx: Context, c: Call, ops: list[Op]) -> Plan[list[Any] | None]:
+    """``ops`` in one round trip, failing open: None (and a flag) when the store fails."""
+    try:
+        return (yield _epochs.trip(ctx.store, ops))  # type: ignore[no-any-return]
+    except Exception as exc:
+        flag_store_error(c, exc)
+        return None
+
+
 _FLIGHT_POLL_S = 0.02
 
 
-def _flight_across_processes(ctx: Context, c: Call) -> Plan[tuple[bool, dict[str, Any] | None]]:
-    """(we compute, or the entry another process computed). Claims the flight key; a
-    process that loses waits for the winner's cache entry, and computes itself if the
-    winner gives up (its claim disappears without an entry) or outlives the tool timeout."""
+def _flight_across_processes(
+    ctx: Context, c: Call, key: str
+) -> Plan[tuple[dict[str, Any] | None, dict[str, Any] | None]]:
+    """(our claim when we compute, or the entry another process computed). Claims the
+    flight key; a process that loses waits for the winner's cache entry, and computes
+    itself if the winner gives up (its claim disappears without an entry) or outlives the
+    tool timeout. The claim is written without waiting for the disk: it only spares work."""
     spec = c.spec
     limit = spec.timeout or 30.0
-    key = f"{c.cache_key}:flight"
-    won = yield from store_op(ctx, c, "add", key, {"at": ctx.clock()}, limit + 1.0)
-    if won is None or won:
-        return bool(won), None  # we compute (or the store is down: reads fail open)
+    claim = {"at": ctx.clock(), "by": uuid.uuid4().hex}
+    won = yield from _trip(ctx, c, [Op("add", key, claim, ttl_s=limit + 1.0, durable=False)])
+    if won is None:
+        return None, None  # the store is down: reads fail open, we compute
+    if won[0]:
+        return claim, None
     waited = 0.0
     while waited < limit:
         yield Sleep(_FLIGHT_POLL_S)
         waited += _FLIGHT_POLL_S
         entry = yield from store_op(ctx, c, "get", c.cache_key)
         if _fresh(ctx, spec, entry):
-            return False, entry
+            return None, entry
         if (yield from store_op(ctx, c, "get", key)) is None:
             # the winner finished, maybe just after our look: its entry, if it made one
             entry = yield from store_op(ctx, c, "get", c.cache_key)
             if _fresh(ctx, spec, entry):
-                return False, entry
+                return None, entry
             break  # it finished without a cacheable result
     c.flag("flight_wait_gave_up")
-    return False, None
+    return None, None
 
 
 def _share(c: Call, stored: bool) -> Any:
