@@ -36,9 +36,8 @@ import uuid
 from collections import Counter
 from typing import Any
 
-from _probes import SocketBytes, redis_net
-
 import headway
+from _probes import SocketBytes, redis_net
 
 PORTS = {"redis": 6379, "postgres": 5432}
 THREADS = 8
@@ -87,8 +86,15 @@ def step(s: Any, sid: str, k: int) -> tuple[str | None, Any]:
 
 
 def worker(
-    url: str, prefix: str, port: int, sids: list[str], calls: int, tool_ms: float,
-    ready: Any, go: Any, results: Any,
+    url: str,
+    prefix: str,
+    port: int,
+    sids: list[str],
+    calls: int,
+    tool_ms: float,
+    ready: Any,
+    go: Any,
+    results: Any,
 ) -> None:
     ran: Counter[str] = Counter()
     gov = governor(url, prefix, tool_ms, ran)
@@ -162,7 +168,9 @@ def worker(
     )
 
 
-def verify(url: str, prefix: str, acked: dict[str, Any], sids: list[str], calls: int) -> dict[str, int]:
+def verify(
+    url: str, prefix: str, acked: dict[str, Any], sids: list[str], calls: int
+) -> dict[str, int]:
     """Replay every keyed write from a fresh Governor: each must come back replayed with
     the result its caller got, its tool not run again."""
     ran: Counter[str] = Counter()
@@ -184,6 +192,7 @@ def verify(url: str, prefix: str, acked: dict[str, Any], sids: list[str], calls:
                     bad["never acknowledged"] += 1
                 elif out.status is not headway.Status.REPLAYED or out.value != acked[key]:
                     bad["lost"] += 1
+
     threads = [threading.Thread(target=check, args=(keys[t::THREADS],)) for t in range(THREADS)]
     for th in threads:
         th.start()
@@ -205,7 +214,17 @@ def run(store: str, n: int, a: argparse.Namespace, schema: str) -> dict[str, Any
     procs = [
         ctx.Process(
             target=worker,
-            args=(url, prefix, PORTS[store], sids[w::n], a.calls, a.tool_ms, readies[w], go, results),
+            args=(
+                url,
+                prefix,
+                PORTS[store],
+                sids[w::n],
+                a.calls,
+                a.tool_ms,
+                readies[w],
+                go,
+                results,
+            ),
         )
         for w in range(n)
     ]
@@ -241,9 +260,9 @@ def run(store: str, n: int, a: argparse.Namespace, schema: str) -> dict[str, Any
         "errors": sum((g["errors"] for g in got), Counter()),
         "statuses": sum((g["statuses"] for g in got), Counter()),
         "duplicates": sum(c - 1 for c in ran.values() if c > 1) + check["run again at the check"],
-        "lost": check.get("lost", 0) + check.get("never acknowledged", 0) + sum(
-            v for k, v in check.items() if k.startswith("error")
-        ),
+        "lost": check.get("lost", 0)
+        + check.get("never acknowledged", 0)
+        + sum(v for k, v in check.items() if k.startswith("error")),
         "check": check,
         "keys": check["keys"],
         "load": load,

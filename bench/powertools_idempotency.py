@@ -25,9 +25,8 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from _probes import SocketBytes
-
 import headway
+from _probes import SocketBytes
 
 REDIS = "redis://127.0.0.1:6379/15"
 
@@ -137,9 +136,7 @@ def main() -> None:
     raw = best["raw redis-py, the 2 operations"]
     print(f"{'path':<54} {'us/write':>9} {'x powertools':>13} {'x raw':>6} {'bytes':>7}")
     for name, us in best.items():
-        print(
-            f"{name:<54} {us:>9.1f} {us / peer:>13.2f} {us / raw:>6.2f} {traffic[name]:>7,.0f}"
-        )
+        print(f"{name:<54} {us:>9.1f} {us / peer:>13.2f} {us / raw:>6.2f} {traffic[name]:>7,.0f}")
     print("targets: headway <= 1.00x powertools, <= 1.50x raw")
     print(f"load average {os.getloadavg()[0]:.2f}")
 
