@@ -14,6 +14,11 @@ a swap of a 4.4 KB session record. The two run interleaved, round by round, and 
 is the median round. ``ops`` counts store round trips per call (a wrapper around the store
 counts them).
 
+Issue 36's floor for a cached read on a shared session, measured in the rounds of the
+cached read: the same read through a session in the process on a ``MemoryStore`` (the call
+with no store) + one store read of the cache entry + one conditional write of a step's size
+(a swap of a 300-byte value, not durable as a shared session's record write) on this store. Target: shared / floor <= 1.5x.
+
 ``--base SRC`` (a ``src`` folder holding another version of headway, say main's, from
 ``git archive main src``) runs that version too, in the same process, imported as
 ``headway_base``: the four variants take turns round by round, so that the two versions
@@ -122,6 +127,26 @@ def floor(hw: ModuleType, store: Counting, swap: bool) -> Callable[[int], Any]:
     return swap_record
 
 
+def composed_floor(hw: ModuleType, store: Counting) -> Callable[[int], Any]:
+    """The store's part of the floor: a cache entry's read + a step-sized conditional write."""
+    store.inner.set("entry", {"v": {"sku": 1, "eur": 3}, "t": 0.0, "d": "x" * 64, "n": 20})
+    key = f"step-{uuid.uuid4().hex}"
+    last = ["x" * 300]
+    store.inner.set(key, last[0])
+
+    base = sys.modules[hw.__name__ + ".stores._base"]
+    # not durable, as a shared session writes its steps (PostgreSQL: no wait for the WAL)
+    lazy = {"durable": False} if "durable" in base.Op._fields else {}
+
+    def read_and_write(i: int) -> Any:
+        store.get("entry")
+        new = f"{i:08d}" + "x" * 292
+        assert base.batch(store, [base.Op("swap", key, new, last[0], 86_400.0, **lazy)])[0]
+        last[0] = new
+
+    return read_and_write
+
+
 def measure(fn: Callable[[int], Any], store: Counting, n: int, start: int) -> tuple[float, float]:
     ops = store.ops
     t0 = time.perf_counter()
@@ -180,7 +205,9 @@ def main() -> None:
     print("|---" * (head.count("|") - 1) + "|")
     for name, opener in stores():
         for kind in ("write", "read", "lookup", "floor"):
-            variants = [(hw, shared) for hw in versions for shared in (False, True)]
+            variants: list[tuple[Any, Any]] = [
+                (hw, shared) for hw in versions for shared in (False, True)
+            ]
             made = {v: Counting(opener(v[0])) for v in variants}
             fns = {
                 v: floor(v[0], made[v], v[1])
@@ -188,6 +215,18 @@ def main() -> None:
                 else path(v[0], made[v], v[1], kind)
                 for v in variants
             }
+            if kind == "read":  # the floor's two parts, in the same rounds
+                for part in ("memory", "store"):
+                    v = (headway, part)
+                    variants.append(v)
+                    made[v] = Counting(
+                        headway.MemoryStore() if part == "memory" else opener(headway)
+                    )
+                    fns[v] = (
+                        path(headway, made[v], True, "read")
+                        if part == "memory"
+                        else composed_floor(headway, made[v])
+                    )
             runs: dict[Any, list[tuple[float, float]]] = {v: [] for v in variants}
             for r in range(a.rounds):  # interleaved: the machine's noise hits all alike
                 for v in variants if r % 2 == 0 else variants[::-1]:
@@ -213,6 +252,14 @@ def main() -> None:
                 paired = [x / y for (x, _), (y, _) in zip(runs[this[1]], runs[old[1]], strict=True)]
                 row += f" {statistics.median(paired):.2f} ({min(paired):.2f}-{max(paired):.2f}) |"
             print(row, flush=True)
+            if kind == "read":
+                mem, st = t[(headway, "memory")], t[(headway, "store")]
+                print(
+                    f"| {name} | floor: in-process call on memory {mem:.0f} + store read and"
+                    f" step write {st:.0f} | | {mem + st:.0f} |"
+                    f" shared / floor {t[this[1]] / (mem + st):.2f}x (target <= 1.5x) |",
+                    flush=True,
+                )
             for s in made.values():
                 s.close()
     print(f"load average {os.getloadavg()[0]:.2f}")
