@@ -144,6 +144,7 @@ def worker(
     ready.set()
     go.wait()
     before = probe.read()
+    cpu = time.process_time()
     start = time.perf_counter()
     threads = [threading.Thread(target=lane, args=(t,)) for t in range(THREADS)]
     for th in threads:
@@ -151,12 +152,14 @@ def worker(
     for th in threads:
         th.join()
     end = time.perf_counter()
+    cpu = time.process_time() - cpu
     after = probe.read()
     gov.close()
     results.put(
         {
             "start": start,
             "end": end,
+            "cpu": cpu,
             "latencies": [x for lat in latencies for x in lat],
             "acked": {k: v for a in acked for k, v in a.items()},
             "errors": sum(errors, Counter()),
@@ -254,6 +257,7 @@ def run(store: str, n: int, a: argparse.Namespace, schema: str) -> dict[str, Any
         "rate": total / wall,
         "p50": lat[total // 2] * 1e6,
         "p99": lat[min(total - 1, int(total * 0.99))] * 1e6,
+        "cpu": sum(g["cpu"] for g in got) / total * 1e6,
         "socket": sum(g["sent"] + g["received"] for g in got) / total,
         "sent": sum(g["sent"] for g in got) / total,
         "server": None if net0 is None else ((net1[0] - net0[0]) + (net1[1] - net0[1])) / total,
@@ -306,10 +310,10 @@ def main() -> None:
         f" Redis db {a.redis_db}, PostgreSQL schema {schema}; {os.cpu_count()} cores"
     )
     print(
-        "| store | N | calls/s | p50 / p99 per call (us) | store bytes per call: socket"
+        "| store | N | calls/s | p50 / p99 per call (us) | worker CPU per call (us) | store bytes per call: socket"
         " (sent) / server | errors | stops | lost / duplicates (keys) | load |"
     )
-    print("|---|---:|---:|---|---|---|---|---|---:|")
+    print("|---|---:|---:|---|---:|---|---|---|---|---:|")
     rates: dict[tuple[str, int], list[float]] = {}
     loads: list[float] = []
     for store in a.stores:
@@ -326,7 +330,7 @@ def main() -> None:
                     server = "" if o["server"] is None else f" / {o['server']:,.0f}"
                     print(
                         f"| {store} | {n} | {o['rate']:,.0f} | {o['p50']:,.0f} / {o['p99']:,.0f}"
-                        f" | {o['socket']:,.0f} ({o['sent']:,.0f}){server}"
+                        f" | {o['cpu']:,.0f} | {o['socket']:,.0f} ({o['sent']:,.0f}){server}"
                         f" | {sum(errors.values())} {dict(errors) or ''} | {sum(stops.values())}"
                         f" | {o['lost']} / {o['duplicates']} ({o['keys']:,})"
                         f" | {o['load']:.1f} |",
