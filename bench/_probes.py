@@ -5,8 +5,8 @@
 socket to it; take ``.read()`` before and after and subtract. It counts only this
 process, so other clients of the same server do not show, but a socket closed between two
 reads takes its bytes with it (keep pools warm). ``redis_net(url)`` reads Redis's own
-counters (``INFO stats``: ``total_net_input_bytes`` / ``total_net_output_bytes``), which
-count every client of the server.
+counters (``INFO stats``: ``total_net_input_bytes`` / ``total_net_output_bytes``; ``INFO
+cpu``), which count every client of the server.
 """
 
 from __future__ import annotations
@@ -61,13 +61,19 @@ def _fds() -> list[int]:
         return []
 
 
-def redis_net(url: str) -> tuple[int, int]:
-    """(bytes the server received, bytes it sent) since it started: every client's."""
+def redis_net(url: str) -> tuple[int, int, float]:
+    """(bytes the server received, bytes it sent, its CPU seconds) since it started: for
+    every client."""
     import redis
 
     client = redis.Redis.from_url(url)
     try:
         stats = client.info("stats")
+        cpu = client.info("cpu")
     finally:
         client.close()
-    return int(stats["total_net_input_bytes"]), int(stats["total_net_output_bytes"])
+    return (
+        int(stats["total_net_input_bytes"]),
+        int(stats["total_net_output_bytes"]),
+        float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]),
+    )

@@ -261,6 +261,7 @@ def run(store: str, n: int, a: argparse.Namespace, schema: str) -> dict[str, Any
         "socket": sum(g["sent"] + g["received"] for g in got) / total,
         "sent": sum(g["sent"] for g in got) / total,
         "server": None if net0 is None else ((net1[0] - net0[0]) + (net1[1] - net0[1])) / total,
+        "server_cpu": None if net0 is None else (net1[2] - net0[2]) / total * 1e6,
         "errors": sum((g["errors"] for g in got), Counter()),
         "statuses": sum((g["statuses"] for g in got), Counter()),
         "duplicates": sum(c - 1 for c in ran.values() if c > 1) + check["run again at the check"],
@@ -310,7 +311,7 @@ def main() -> None:
         f" Redis db {a.redis_db}, PostgreSQL schema {schema}; {os.cpu_count()} cores"
     )
     print(
-        "| store | N | calls/s | p50 / p99 per call (us) | worker CPU per call (us) | store bytes per call: socket"
+        "| store | N | calls/s | p50 / p99 per call (us) | CPU per call (us): workers / Redis | store bytes per call: socket"
         " (sent) / server | errors | stops | lost / duplicates (keys) | load |"
     )
     print("|---|---:|---:|---|---:|---|---|---|---|---:|")
@@ -327,10 +328,11 @@ def main() -> None:
                     loads.append(o["load"])
                     errors = {k: v for k, v in o["errors"].items() if not k.startswith("stop")}
                     stops = {k: v for k, v in o["errors"].items() if k.startswith("stop")}
+                    server_cpu = "" if o["server"] is None else f" / {o['server_cpu']:,.0f}"
                     server = "" if o["server"] is None else f" / {o['server']:,.0f}"
                     print(
                         f"| {store} | {n} | {o['rate']:,.0f} | {o['p50']:,.0f} / {o['p99']:,.0f}"
-                        f" | {o['cpu']:,.0f} | {o['socket']:,.0f} ({o['sent']:,.0f}){server}"
+                        f" | {o['cpu']:,.0f}{server_cpu} | {o['socket']:,.0f} ({o['sent']:,.0f}){server}"
                         f" | {sum(errors.values())} {dict(errors) or ''} | {sum(stops.values())}"
                         f" | {o['lost']} / {o['duplicates']} ({o['keys']:,})"
                         f" | {o['load']:.1f} |",
