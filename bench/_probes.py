@@ -6,7 +6,9 @@ socket to it; take ``.read()`` before and after and subtract. It counts only thi
 process, so other clients of the same server do not show, but a socket closed between two
 reads takes its bytes with it (keep pools warm). ``redis_net(url)`` reads Redis's own
 counters (``INFO stats``: ``total_net_input_bytes`` / ``total_net_output_bytes``; ``INFO
-cpu``), which count every client of the server.
+cpu``), which count every client of the server. ``pg_backend_cpu(dsn, name)`` sums the CPU
+of the PostgreSQL backends serving connections whose ``application_name`` is ``name``
+(a server on this machine: read from ``/proc``).
 """
 
 from __future__ import annotations
@@ -77,3 +79,25 @@ def redis_net(url: str) -> tuple[int, int, float]:
         int(stats["total_net_output_bytes"]),
         float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]),
     )
+
+
+def pg_backend_cpu(dsn: str, name: str) -> float:
+    """CPU seconds of the local PostgreSQL backends of the connections named ``name``."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        pids = [
+            row[0]
+            for row in conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (name,)
+            )
+        ]
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+        except OSError:  # ended meanwhile
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / os.sysconf("SC_CLK_TCK")

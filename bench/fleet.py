@@ -37,8 +37,9 @@ from collections import Counter
 from typing import Any
 
 import headway
-from _probes import SocketBytes, redis_net
+from _probes import SocketBytes, pg_backend_cpu, redis_net
 
+PG = "postgresql://postgres@127.0.0.1:5432/test"
 PORTS = {"redis": 6379, "postgres": 5432}
 THREADS = 8
 TARGET = 1.6
@@ -47,7 +48,7 @@ TARGET = 1.6
 def url_of(store: str, a: argparse.Namespace, schema: str) -> str:
     if store == "redis":
         return f"redis://127.0.0.1:6379/{a.redis_db}"
-    return f"postgresql://postgres@127.0.0.1:5432/test?options=-csearch_path%3D{schema}"
+    return f"{PG}?options=-csearch_path%3D{schema}&application_name={schema}"
 
 
 def governor(url: str, prefix: str, tool_ms: float, ran: Counter[str] | None) -> Any:
@@ -95,6 +96,7 @@ def worker(
     ready: Any,
     go: Any,
     results: Any,
+    release: Any,
 ) -> None:
     ran: Counter[str] = Counter()
     gov = governor(url, prefix, tool_ms, ran)
@@ -154,7 +156,6 @@ def worker(
     end = time.perf_counter()
     cpu = time.process_time() - cpu
     after = probe.read()
-    gov.close()
     results.put(
         {
             "start": start,
@@ -169,6 +170,8 @@ def worker(
             "received": after[1] - before[1],
         }
     )
+    release.wait()  # the store's connections open until the server's CPU is read
+    gov.close()
 
 
 def verify(
@@ -212,7 +215,7 @@ def run(store: str, n: int, a: argparse.Namespace, schema: str) -> dict[str, Any
     prefix = f"fleet{uuid.uuid4().hex[:8]}:"
     sids = [f"{prefix}s{i}" for i in range(a.sessions)]
     ctx = mp.get_context("spawn")
-    go, results = ctx.Event(), ctx.Queue()
+    go, results, release = ctx.Event(), ctx.Queue(), ctx.Event()
     readies = [ctx.Event() for _ in range(n)]
     procs = [
         ctx.Process(
@@ -227,6 +230,7 @@ def run(store: str, n: int, a: argparse.Namespace, schema: str) -> dict[str, Any
                 readies[w],
                 go,
                 results,
+                release,
             ),
         )
         for w in range(n)
@@ -235,13 +239,14 @@ def run(store: str, n: int, a: argparse.Namespace, schema: str) -> dict[str, Any
         p.start()
     for r in readies:
         r.wait()
-    net0 = redis_net(url) if store == "redis" else None
+    net0 = server(store, url, schema)
     load = os.getloadavg()[0]
     go.set()
     got = [results.get() for _ in procs]
+    net1 = server(store, url, schema)
+    release.set()
     for p in procs:
         p.join()
-    net1 = redis_net(url) if store == "redis" else None
     acked: dict[str, Any] = {}
     for g in got:
         acked.update(g["acked"])
@@ -260,8 +265,8 @@ def run(store: str, n: int, a: argparse.Namespace, schema: str) -> dict[str, Any
         "cpu": sum(g["cpu"] for g in got) / total * 1e6,
         "socket": sum(g["sent"] + g["received"] for g in got) / total,
         "sent": sum(g["sent"] for g in got) / total,
-        "server": None if net0 is None else ((net1[0] - net0[0]) + (net1[1] - net0[1])) / total,
-        "server_cpu": None if net0 is None else (net1[2] - net0[2]) / total * 1e6,
+        "server": None if store != "redis" else (net1[0] - net0[0] + net1[1] - net0[1]) / total,
+        "server_cpu": (net1[2] - net0[2]) / total * 1e6,
         "errors": sum((g["errors"] for g in got), Counter()),
         "statuses": sum((g["statuses"] for g in got), Counter()),
         "duplicates": sum(c - 1 for c in ran.values() if c > 1) + check["run again at the check"],
@@ -274,6 +279,14 @@ def run(store: str, n: int, a: argparse.Namespace, schema: str) -> dict[str, Any
     }
     cleanup(store, url, prefix)
     return out
+
+
+def server(store: str, url: str, schema: str) -> tuple[int, int, float]:
+    """The server's counters: Redis's bytes in and out and CPU (every client's), the CPU
+    of the PostgreSQL backends serving this run's workers."""
+    if store == "redis":
+        return redis_net(url)
+    return 0, 0, pg_backend_cpu(PG, schema)
 
 
 def cleanup(store: str, url: str, prefix: str) -> None:
@@ -290,7 +303,7 @@ def cleanup(store: str, url: str, prefix: str) -> None:
 def schema_do(sql: str) -> None:
     import psycopg
 
-    with psycopg.connect("postgresql://postgres@127.0.0.1:5432/test", autocommit=True) as c:
+    with psycopg.connect(PG, autocommit=True) as c:
         c.execute(sql)
 
 
@@ -311,7 +324,7 @@ def main() -> None:
         f" Redis db {a.redis_db}, PostgreSQL schema {schema}; {os.cpu_count()} cores"
     )
     print(
-        "| store | N | calls/s | p50 / p99 per call (us) | CPU per call (us): workers / Redis | store bytes per call: socket"
+        "| store | N | calls/s | p50 / p99 per call (us) | CPU per call (us): workers / server | store bytes per call: socket"
         " (sent) / server | errors | stops | lost / duplicates (keys) | load |"
     )
     print("|---|---:|---:|---|---:|---|---|---|---|---:|")
@@ -328,7 +341,7 @@ def main() -> None:
                     loads.append(o["load"])
                     errors = {k: v for k, v in o["errors"].items() if not k.startswith("stop")}
                     stops = {k: v for k, v in o["errors"].items() if k.startswith("stop")}
-                    server_cpu = "" if o["server"] is None else f" / {o['server_cpu']:,.0f}"
+                    server_cpu = f" / {o['server_cpu']:,.0f}"
                     server = "" if o["server"] is None else f" / {o['server']:,.0f}"
                     print(
                         f"| {store} | {n} | {o['rate']:,.0f} | {o['p50']:,.0f} / {o['p99']:,.0f}"
