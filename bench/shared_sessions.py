@@ -12,7 +12,8 @@ default) and through today's in-process session on the same store
 (``share_sessions=False``); last, the floor: the store alone, a cache entry's get against
 a swap of a 4.4 KB session record. The two run interleaved, round by round, and each row
 is the median round. ``ops`` counts store round trips per call (a wrapper around the store
-counts them).
+counts them); on Redis and PostgreSQL, the bytes a call exchanges with the server follow,
+counted at this process's sockets (``_probes``).
 
 Issue 36's floor for a cached read on a shared session, measured in the rounds of the
 cached read: the same read through a session in the process on a ``MemoryStore`` (the call
@@ -43,10 +44,12 @@ from typing import Any
 import orjson
 
 import headway
+from _probes import SocketBytes
 
 REDIS = "redis://127.0.0.1:6379/15"
 POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"
 _SKUS = 64
+PORTS = {"redis": 6379, "postgres": 5432}
 
 
 class Counting:
@@ -147,12 +150,18 @@ def composed_floor(hw: ModuleType, store: Counting) -> Callable[[int], Any]:
     return read_and_write
 
 
-def measure(fn: Callable[[int], Any], store: Counting, n: int, start: int) -> tuple[float, float]:
+def measure(
+    fn: Callable[[int], Any], store: Counting, n: int, start: int, probe: SocketBytes | None
+) -> tuple[float, float, float]:
+    """(µs, store operations, bytes at the socket) per call."""
     ops = store.ops
+    before = probe.read() if probe else (0, 0)
     t0 = time.perf_counter()
     for i in range(start, start + n):
         fn(i)
-    return (time.perf_counter() - t0) / n * 1e6, (store.ops - ops) / n
+    took = (time.perf_counter() - t0) / n * 1e6
+    after = probe.read() if probe else (0, 0)
+    return took, (store.ops - ops) / n, (after[0] - before[0] + after[1] - before[1]) / n
 
 
 def stores() -> list[tuple[str, Callable[[ModuleType], Any]]]:
@@ -198,7 +207,7 @@ def main() -> None:
     head = "| store | path |"
     if a.base is not None:
         head += " base: in-process / shared (us) | base: ratio |"
-    head += " in-process session (us, ops) | shared session (us, ops) | ratio |"
+    head += " in-process session (us, ops, bytes) | shared session (us, ops, bytes) | ratio |"
     if a.base is not None:
         head += " shared: this / base |"
     print(head)
@@ -227,12 +236,17 @@ def main() -> None:
                         if part == "memory"
                         else composed_floor(headway, made[v])
                     )
-            runs: dict[Any, list[tuple[float, float]]] = {v: [] for v in variants}
+            probe = SocketBytes(PORTS[name]) if name in PORTS else None
+            runs: dict[Any, list[tuple[float, float, float]]] = {v: [] for v in variants}
             for r in range(a.rounds):  # interleaved: the machine's noise hits all alike
                 for v in variants if r % 2 == 0 else variants[::-1]:
-                    runs[v].append(measure(fns[v], made[v], a.n, r * a.n))
-            t = {v: statistics.median(x for x, _ in runs[v]) for v in variants}
-            ops = {v: statistics.median(o for _, o in runs[v]) for v in variants}
+                    runs[v].append(measure(fns[v], made[v], a.n, r * a.n, probe))
+            t = {v: statistics.median(m[0] for m in runs[v]) for v in variants}
+            ops = {
+                v: f"{statistics.median(m[1] for m in runs[v]):.1f}"
+                + (f", {statistics.median(m[2] for m in runs[v]):,.0f} B" if probe else "")
+                for v in variants
+            }
             label = {
                 "write": "keyed write",
                 "read": "cached read",
@@ -245,11 +259,11 @@ def main() -> None:
                 old = (versions[0], False), (versions[0], True)
                 row += f" {t[old[0]]:.0f} / {t[old[1]]:.0f} | {t[old[1]] / t[old[0]]:.2f}x |"
             row += (
-                f" {t[this[0]]:.0f} ({ops[this[0]]:.1f}) | {t[this[1]]:.0f} ({ops[this[1]]:.1f})"
+                f" {t[this[0]]:.0f} ({ops[this[0]]}) | {t[this[1]]:.0f} ({ops[this[1]]})"
                 f" | {t[this[1]] / t[this[0]]:.2f}x |"
             )
             if a.base is not None:
-                paired = [x / y for (x, _), (y, _) in zip(runs[this[1]], runs[old[1]], strict=True)]
+                paired = [x[0] / y[0] for x, y in zip(runs[this[1]], runs[old[1]], strict=True)]
                 row += f" {statistics.median(paired):.2f} ({min(paired):.2f}-{max(paired):.2f}) |"
             print(row, flush=True)
             if kind == "read":
