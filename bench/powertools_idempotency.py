@@ -9,13 +9,16 @@ on, the default 30 s timeout: the tool runs in a worker thread) and, in a second
 ``timeout=None`` (inline, as powertools runs it). The raw client doing the two operations
 an exactly-once write needs is the reference. Paths take turns in short batches; each
 keeps its best batch. Offline: only the local Redis is used (no AWS service; a stand-in
-Lambda context gives powertools the remaining time it reads).
+Lambda context gives powertools the remaining time it reads). Each row also gives the
+bytes a write exchanges with Redis, counted at this process's sockets (``_probes``).
+Targets (issue 36): headway's keyed write <= 1.0x powertools and <= 1.5x the raw client.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 import uuid
 import warnings
@@ -23,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 import headway
+from _probes import SocketBytes
 
 REDIS = "redis://127.0.0.1:6379/15"
 
@@ -113,19 +117,28 @@ def main() -> None:
         "headway keyed write (timeout=None)": headway_write(None),
     }
     print(f"settings: Redis {REDIS}, a new key per write, {a.rounds} rounds of {a.n} writes")
+    print(f"load average {os.getloadavg()[0]:.2f}")
     best = dict.fromkeys(paths, float("inf"))
+    traffic = dict.fromkeys(paths, 0.0)
+    probe = SocketBytes(6379)
     start = 0
     for _ in range(a.rounds):
         for name, fn in paths.items():
+            before = probe.read()
             t0 = time.perf_counter()
             for i in range(start, start + a.n):
                 fn(i)
             best[name] = min(best[name], (time.perf_counter() - t0) / a.n * 1e6)
+            after = probe.read()
+            traffic[name] = (after[0] - before[0] + after[1] - before[1]) / a.n
         start += a.n
     peer = best["aws-lambda-powertools idempotent_function"]
-    print(f"{'path':<54} {'us/write':>9} {'x powertools':>13}")
+    raw = best["raw redis-py, the 2 operations"]
+    print(f"{'path':<54} {'us/write':>9} {'x powertools':>13} {'x raw':>6} {'bytes':>7}")
     for name, us in best.items():
-        print(f"{name:<54} {us:>9.1f} {us / peer:>13.2f}")
+        print(f"{name:<54} {us:>9.1f} {us / peer:>13.2f} {us / raw:>6.2f} {traffic[name]:>7,.0f}")
+    print("targets: headway <= 1.00x powertools, <= 1.50x raw")
+    print(f"load average {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

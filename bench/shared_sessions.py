@@ -12,7 +12,13 @@ default) and through today's in-process session on the same store
 (``share_sessions=False``); last, the floor: the store alone, a cache entry's get against
 a swap of a 4.4 KB session record. The two run interleaved, round by round, and each row
 is the median round. ``ops`` counts store round trips per call (a wrapper around the store
-counts them).
+counts them); on Redis and PostgreSQL, the bytes a call exchanges with the server follow,
+counted at this process's sockets (``_probes``).
+
+Issue 36's floor for a cached read on a shared session, measured in the rounds of the
+cached read: the same read through a session in the process on a ``MemoryStore`` (the call
+with no store) + one store read of the cache entry + one conditional write of a step's size
+(a swap of a 300-byte value, not durable as a shared session's record write) on this store. Target: shared / floor <= 1.5x.
 
 ``--base SRC`` (a ``src`` folder holding another version of headway, say main's, from
 ``git archive main src``) runs that version too, in the same process, imported as
@@ -38,10 +44,12 @@ from typing import Any
 import orjson
 
 import headway
+from _probes import SocketBytes
 
 REDIS = "redis://127.0.0.1:6379/15"
 POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"
 _SKUS = 64
+PORTS = {"redis": 6379, "postgres": 5432}
 
 
 class Counting:
@@ -122,12 +130,38 @@ def floor(hw: ModuleType, store: Counting, swap: bool) -> Callable[[int], Any]:
     return swap_record
 
 
-def measure(fn: Callable[[int], Any], store: Counting, n: int, start: int) -> tuple[float, float]:
+def composed_floor(hw: ModuleType, store: Counting) -> Callable[[int], Any]:
+    """The store's part of the floor: a cache entry's read + a step-sized conditional write."""
+    store.inner.set("entry", {"v": {"sku": 1, "eur": 3}, "t": 0.0, "d": "x" * 64, "n": 20})
+    key = f"step-{uuid.uuid4().hex}"
+    last = ["x" * 300]
+    store.inner.set(key, last[0])
+
+    base = sys.modules[hw.__name__ + ".stores._base"]
+    # not durable, as a shared session writes its steps (PostgreSQL: no wait for the WAL)
+    lazy = {"durable": False} if "durable" in base.Op._fields else {}
+
+    def read_and_write(i: int) -> Any:
+        store.get("entry")
+        new = f"{i:08d}" + "x" * 292
+        assert base.batch(store, [base.Op("swap", key, new, last[0], 86_400.0, **lazy)])[0]
+        last[0] = new
+
+    return read_and_write
+
+
+def measure(
+    fn: Callable[[int], Any], store: Counting, n: int, start: int, probe: SocketBytes | None
+) -> tuple[float, float, float]:
+    """(µs, store operations, bytes at the socket) per call."""
     ops = store.ops
+    before = probe.read() if probe else (0, 0)
     t0 = time.perf_counter()
     for i in range(start, start + n):
         fn(i)
-    return (time.perf_counter() - t0) / n * 1e6, (store.ops - ops) / n
+    took = (time.perf_counter() - t0) / n * 1e6
+    after = probe.read() if probe else (0, 0)
+    return took, (store.ops - ops) / n, (after[0] - before[0] + after[1] - before[1]) / n
 
 
 def stores() -> list[tuple[str, Callable[[ModuleType], Any]]]:
@@ -173,14 +207,16 @@ def main() -> None:
     head = "| store | path |"
     if a.base is not None:
         head += " base: in-process / shared (us) | base: ratio |"
-    head += " in-process session (us, ops) | shared session (us, ops) | ratio |"
+    head += " in-process session (us, ops, bytes) | shared session (us, ops, bytes) | ratio |"
     if a.base is not None:
         head += " shared: this / base |"
     print(head)
     print("|---" * (head.count("|") - 1) + "|")
     for name, opener in stores():
         for kind in ("write", "read", "lookup", "floor"):
-            variants = [(hw, shared) for hw in versions for shared in (False, True)]
+            variants: list[tuple[Any, Any]] = [
+                (hw, shared) for hw in versions for shared in (False, True)
+            ]
             made = {v: Counting(opener(v[0])) for v in variants}
             fns = {
                 v: floor(v[0], made[v], v[1])
@@ -188,12 +224,29 @@ def main() -> None:
                 else path(v[0], made[v], v[1], kind)
                 for v in variants
             }
-            runs: dict[Any, list[tuple[float, float]]] = {v: [] for v in variants}
+            if kind == "read":  # the floor's two parts, in the same rounds
+                for part in ("memory", "store"):
+                    v = (headway, part)
+                    variants.append(v)
+                    made[v] = Counting(
+                        headway.MemoryStore() if part == "memory" else opener(headway)
+                    )
+                    fns[v] = (
+                        path(headway, made[v], True, "read")
+                        if part == "memory"
+                        else composed_floor(headway, made[v])
+                    )
+            probe = SocketBytes(PORTS[name]) if name in PORTS else None
+            runs: dict[Any, list[tuple[float, float, float]]] = {v: [] for v in variants}
             for r in range(a.rounds):  # interleaved: the machine's noise hits all alike
                 for v in variants if r % 2 == 0 else variants[::-1]:
-                    runs[v].append(measure(fns[v], made[v], a.n, r * a.n))
-            t = {v: statistics.median(x for x, _ in runs[v]) for v in variants}
-            ops = {v: statistics.median(o for _, o in runs[v]) for v in variants}
+                    runs[v].append(measure(fns[v], made[v], a.n, r * a.n, probe))
+            t = {v: statistics.median(m[0] for m in runs[v]) for v in variants}
+            ops = {
+                v: f"{statistics.median(m[1] for m in runs[v]):.1f}"
+                + (f", {statistics.median(m[2] for m in runs[v]):,.0f} B" if probe else "")
+                for v in variants
+            }
             label = {
                 "write": "keyed write",
                 "read": "cached read",
@@ -206,13 +259,21 @@ def main() -> None:
                 old = (versions[0], False), (versions[0], True)
                 row += f" {t[old[0]]:.0f} / {t[old[1]]:.0f} | {t[old[1]] / t[old[0]]:.2f}x |"
             row += (
-                f" {t[this[0]]:.0f} ({ops[this[0]]:.1f}) | {t[this[1]]:.0f} ({ops[this[1]]:.1f})"
+                f" {t[this[0]]:.0f} ({ops[this[0]]}) | {t[this[1]]:.0f} ({ops[this[1]]})"
                 f" | {t[this[1]] / t[this[0]]:.2f}x |"
             )
             if a.base is not None:
-                paired = [x / y for (x, _), (y, _) in zip(runs[this[1]], runs[old[1]], strict=True)]
+                paired = [x[0] / y[0] for x, y in zip(runs[this[1]], runs[old[1]], strict=True)]
                 row += f" {statistics.median(paired):.2f} ({min(paired):.2f}-{max(paired):.2f}) |"
             print(row, flush=True)
+            if kind == "read":
+                mem, st = t[(headway, "memory")], t[(headway, "store")]
+                print(
+                    f"| {name} | floor: in-process call on memory {mem:.0f} + store read and"
+                    f" step write {st:.0f} | | {mem + st:.0f} |"
+                    f" shared / floor {t[this[1]] / (mem + st):.2f}x (target <= 1.5x) |",
+                    flush=True,
+                )
             for s in made.values():
                 s.close()
     print(f"load average {os.getloadavg()[0]:.2f}")
