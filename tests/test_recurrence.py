@@ -45,7 +45,7 @@ class Page:
         return next(k for k, v in self.numbers.items() if v == element)
 
 
-def browser(page: Page) -> headway.Session:
+def browser(page: Page, *, seen: bool = True) -> headway.Session:
     gov = headway.Governor()
 
     def click(index: int) -> str:
@@ -78,7 +78,8 @@ def browser(page: Page) -> headway.Session:
     for fn in (click, check, input_text, search_page, scroll, evaluate, look):
         gov.register(fn.__name__, fn, effect="read")  # a view action: uncached, judged
     s = gov.session("run")
-    s.call("look", {})  # the page the agent starts from
+    if seen:
+        s.call("look", {})  # the page the agent starts from
     return s
 
 
@@ -206,3 +207,23 @@ def test_ticking_the_check_boxes_of_five_rows_is_not_corrected() -> None:
     rows = [("check", lambda n=n: {"index": page.number_of(30 + n)}) for n in range(5)]
     # five elements alike but for their rows' text, each answering the same short text
     assert corrections(s, rows) == [None] * 5
+
+
+def test_ticking_rows_by_number_before_any_page_was_seen_is_not_corrected() -> None:
+    page = Page()
+    page.render("the page the task started on")  # its numbers reached the agent elsewhere
+    s = browser(page, seen=False)
+    rows = [("check", {"index": page.number_of(30 + n)}) for n in range(5)]
+    # no page to read the numbers from: each number still names one element of its own
+    assert corrections(s, rows) == [None] * 5
+
+
+def test_ticking_rows_again_after_the_page_changed_is_not_corrected() -> None:
+    page = Page()
+    s = browser(page)
+    rows = [("check", lambda n=n: {"index": page.number_of(30 + n)}) for n in range(3)]
+    assert corrections(s, rows) == [None] * 3
+    page.elements[0] = "<button aria-label=Reloaded />"  # a reload: the rows unticked again
+    s.call("look", {})
+    # the same rows on a page that changed since: new targets, not the same clicks again
+    assert corrections(s, rows) == [None] * 3

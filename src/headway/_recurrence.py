@@ -63,16 +63,18 @@ class _Seen(NamedTuple):
 class Recurrence:
     """One session's recurrence window (I/O-free)."""
 
-    __slots__ = ("_page", "_steps")
+    __slots__ = ("_page", "_steps", "_view")
 
     def __init__(self, window: int) -> None:
         self._steps: deque[_Seen] = deque(maxlen=window)
         self._page: str | None = None
+        self._view = 0  # the state digest of that page
 
     def clear(self) -> None:
         """A new user turn: nothing counted before it counts after."""
         self._steps.clear()
         self._page = None
+        self._view = 0
 
     def observe(
         self,
@@ -116,18 +118,21 @@ class Recurrence:
         new = fresh_write or all(s.body != body for s in steps)
         steps.append(_Seen(tool, target, state, body, new))
         if "]<" in text:  # a page with element numbers: the next call's numbers refer to it
-            self._page = text[:_PAGE_KEPT]
+            self._page, self._view = text[:_PAGE_KEPT], state
         return times if times >= _TIMES else 0
 
     def probe(self, tool: str, args: str, norm: str, targets: Sequence[str]) -> int:
         """A short answer's probe (``Window.probes``: a tool, the words of its query and
         the answer) for a call that acts on an element: the element, not the words of its
-        arguments (``{"index": 12}`` and ``{"index": 40}`` have the same words). 0 when the
-        call names no element of the last page."""
+        arguments (``{"index": 12}`` and ``{"index": 40}`` have the same words), on the
+        page it was read from: the same element on a page that changed since is a new
+        target (a row unticked again by a reload). A number the last page does not show
+        (or before any page) still names one element: it is kept as it is, digits and
+        all. 0 when the call has no target argument."""
         target, element = self._target(_parse(args), args, targets)
-        if not element or target == args:
+        if not element:
             return 0
-        return stable_hash(f"{tool}\x1f{target}\x1f{norm}") or 1
+        return stable_hash(f"{tool}\x1f{target}\x1f{self._view}\x1f{norm}") or 1
 
     def dump(self) -> list[list[Any]]:
         """The window's entries as JSON (a session record); the last page is not kept."""
