@@ -72,10 +72,16 @@ def browser(page: Page, *, seen: bool = True) -> headway.Session:
         seed = sum(map(ord, code))  # each probe finds its own figures
         return f"{code} ->\n" + "\n".join(f"metric {i}: {seed * i % 997}" for i in range(20))
 
+    def fill(index: int, text: str) -> str:  # a short answer: the page is not shown
+        return f"Typed '{text}'"
+
+    def find(selector: str) -> str:  # what it found, above the page it found it on
+        return page.render(f"Found 2 elements matching {selector}:\n[0] <button> {selector} 0")
+
     def look() -> str:
         return page.render("Current page")
 
-    for fn in (click, check, input_text, search_page, scroll, evaluate, look):
+    for fn in (click, check, input_text, search_page, scroll, evaluate, fill, find, look):
         gov.register(fn.__name__, fn, effect="read")  # a view action: uncached, judged
     s = gov.session("run")
     if seen:
@@ -227,3 +233,32 @@ def test_ticking_rows_again_after_the_page_changed_is_not_corrected() -> None:
     s.call("look", {})
     # the same rows on a page that changed since: new targets, not the same clicks again
     assert corrections(s, rows) == [None] * 3
+
+
+def test_typing_the_same_text_again_between_looks_at_an_unchanged_page_is_corrected() -> None:
+    page = Page()
+    s = browser(page)
+    fill = ("fill", lambda: {"index": page.number_of(20), "text": "invoice OR payment"})
+    calls = [fill, ("find", {"selector": "#panel button"}), fill]
+    calls += [("find", {"selector": "#panel *"}), fill]
+    got = corrections(s, calls)
+    # each look finds something of its own, but the page it shows never changed: the
+    # third identical fill is the same target, the same state, nothing new
+    assert got[:4] == [None] * 4
+    assert got[4] is not None and RECURRENCE in got[4]
+
+
+def test_typing_the_same_text_again_after_the_page_changed_is_not_corrected() -> None:
+    page = Page()
+    s = browser(page)
+    fill = ("fill", lambda: {"index": page.number_of(20), "text": "invoice OR payment"})
+
+    def reload(label: str) -> tuple[str, Any]:
+        def change() -> dict[str, Any]:
+            page.elements[0] = f"<button aria-label={label} />"
+            return {"selector": label}
+
+        return ("find", change)
+
+    calls = [fill, reload("first"), fill, reload("second"), fill]
+    assert corrections(s, calls) == [None] * 5
