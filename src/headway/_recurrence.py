@@ -217,10 +217,13 @@ def _state(text: str, parsed: object) -> tuple[int, int]:
                 first = re.sub(rf"(?<![\d.]){re.escape(str(value))}(?![\d.])", "\x00", first)
     body = view = 0
     if cut >= 0 and (len(data) - cut > _BLANK_MAX or data[cut + 1 :].strip()):
-        body = _hash(memoryview(data)[cut + 1 :])
         at = data.find(b"[#]<", cut)
         if at >= 0:  # a page: what it shows is its elements, whatever the report above them
-            view = _hash(memoryview(data)[data.rfind(b"\n", 0, at) + 1 :])
+            at = data.rfind(b"\n", 0, at) + 1
+            view = _hash(memoryview(data)[at:])  # each byte hashed once: the page is long
+            body = _hash(f"{_hash(memoryview(data)[cut + 1 : at])}:{view}".encode())
+        else:
+            body = _hash(memoryview(data)[cut + 1 :])
     head = _hash(first.strip().encode("utf-8", "surrogatepass"))
     return _hash(f"{head}:{body}".encode()), view or body or head
 
