@@ -202,7 +202,8 @@ def _state(text: str, parsed: object) -> tuple[int, int]:
     element new since the last step) and the echo of the call's own arguments in the
     report ('No matches for "X"') are set aside. Volatile parts are not: between calls
     with other arguments they are content (semantics §3)."""
-    if "]<" in text:
+    page = "]<" in text
+    if page:
         text = _REF.sub("[#]<", text)
         if "*[#]<" in text:
             text = text.replace("*[#]<", "[#]<")
@@ -217,7 +218,7 @@ def _state(text: str, parsed: object) -> tuple[int, int]:
                 first = re.sub(rf"(?<![\d.]){re.escape(str(value))}(?![\d.])", "\x00", first)
     body = view = 0
     if cut >= 0 and (len(data) - cut > _BLANK_MAX or data[cut + 1 :].strip()):
-        at = data.find(b"[#]<", cut)
+        at = data.find(b"[#]<", cut) if page else -1
         if at >= 0:  # a page: what it shows is its elements, whatever the report above them
             at = data.rfind(b"\n", 0, at) + 1
             view = _hash(memoryview(data)[at:])  # each byte hashed once: the page is long
