@@ -12,8 +12,10 @@ nothing echoes its own words back. What stays the same is what a loop is made of
   page shows that number (``[123]<button ...``), and replaced by that element;
 - the *state*: the result with the page's element numbers and the echo of the call's own
   arguments in its first line set aside (volatile parts are content between calls);
-- *nothing new*: every step since the last time this (target, state) came up returned a
-  state the window had already seen, and no write with new arguments ran.
+- *nothing new*: every step since the last time this (target, state) came up showed
+  content the window had already seen, and no write with new arguments ran. A page's
+  content is its elements, not the report above them: a look that reports something
+  about a page that did not change (``find_elements``, ``evaluate``) is nothing new.
 
 The third time a (target, state) comes up with nothing new since the second, the step
 gets a correction (signal ``recurrence``). A long result (a page) is a state in its own
@@ -27,7 +29,8 @@ rules set it, so this never stops a run on its own.
 
 State per session: one entry per window step (three 64-bit digests) and a reference to
 the last result that shows element numbers (a browser's page, up to 64 KiB: where the
-next call's numbers are read). A session record carries the entries, not the page.
+next call's numbers are read) with its digest. A session record carries the entries, not
+the page.
 """
 
 from __future__ import annotations
