@@ -1,6 +1,6 @@
 """Detector cost stays flat as a session grows; session memory stays bounded.
 
-    python bench/detector_cost.py [--quick]
+    python bench/detector_cost.py [--quick] [--base SRC]
 
 Measures, in one run, the per-call cost of all detectors together (the session's
 Monitor: before() + observation() + after()) at step 10 and at step 10,000 of one
@@ -10,6 +10,10 @@ tool results (mini-swe-agent observations, up to 800 characters) read from
 Then the Monitor over recorded calls with their real arguments (CPU time), and the
 traced memory of one session after 1,000 and 10,000 calls (each result a new
 string, as a tool's is: what the window keeps of it is counted).
+
+``--base SRC`` (another version's ``src`` folder) runs only the recorded calls (and
+browser-use's full pages): that version's Monitor and this one's over the same calls, in
+the same rounds, taking turns; it prints this / base per source.
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ import random
 import sys
 import time
 import tracemalloc
+import types
 from pathlib import Path
+from typing import Any
 
 import headway
 from headway._spec import ToolSpec
@@ -96,6 +102,9 @@ def main() -> None:
     quick = "--quick" in sys.argv
     rounds = 5 if quick else 15
     rnd = random.Random(7)
+    if "--base" in sys.argv:  # only the recorded calls, both versions taking turns
+        recorded_cost(rounds, sys.argv[sys.argv.index("--base") + 1])
+        return
     monitor_cost("detectors (Monitor) per call", rounds, rnd)
     browser = pages(600)
     if browser:
@@ -110,11 +119,48 @@ def main() -> None:
     governor_cost(rounds, rnd)
 
 
-def recorded_cost(rounds: int) -> None:
+def _judge(version: Any, calls: list[tuple[str, str, str]]) -> float:
+    """CPU seconds per call of ``version``'s Monitor over ``calls`` (browser actions'
+    ``index`` read as an element, as by default)."""
+    specs = {t: version.ToolSpec(name=t, fn=lambda **_: None, effect="read") for t, _, _ in calls}
+    m = version.Monitor(limit=10**9, window=32, normalizers=version.DEFAULT_NORMALIZERS)
+    executed = version.Status.EXECUTED
+    t0 = time.process_time()
+    for i, (tool, args, text) in enumerate(calls):
+        key = f"{tool}:{args}"
+        if m.may_correct(key):
+            m.before(specs[tool], key, "read", args)
+        obs = m.observation(i, tool, key, args, "read", executed, text, None, args, ("index",))
+        m.after(specs[tool], obs, None, float(i), 10**9)
+    return (time.process_time() - t0) / len(calls)
+
+
+def _version(module: Any) -> Any:
+    """The classes ``_judge`` needs, from this headway or another one (``--base``)."""
+    name = module.__name__
+    parts = {
+        "Monitor": "detectors",
+        "ToolSpec": "_spec",
+        "Status": "outcome",
+        "DEFAULT_NORMALIZERS": "similarity",
+    }
+    return types.SimpleNamespace(
+        **{k: getattr(sys.modules[f"{name}.{m}"], k) for k, m in parts.items()}
+    )
+
+
+def recorded_cost(rounds: int, base: str | None = None) -> None:
     """The Monitor over recorded calls with their own arguments (the arguments'
     similarity is judged too: the synthetic keys above are too short for it), in CPU
-    time: a loaded machine moves it less than wall time."""
-    for name in ("miniswe_gemini3pro_swebv", "codetracer_claudecode_tb1"):
+    time: a loaded machine moves it less than wall time. With ``base``, that version's
+    Monitor takes turns with this one's over the same calls."""
+    versions = [_version(headway)]
+    if base is not None:
+        sys.path.insert(0, str(Path(__file__).parent))
+        from shared_sessions import load_base
+
+        versions.insert(0, _version(load_base(base)))
+    for name in ("miniswe_gemini3pro_swebv", "codetracer_claudecode_tb1", "wai_browseruse_gemini"):
         path = TRACES.with_name(f"{name}.calls.jsonl.gz")
         if not path.exists():
             continue
@@ -125,20 +171,18 @@ def recorded_cost(rounds: int) -> None:
             for r in rows
             if isinstance(r["observation"], str)
         ]
-        specs = {t: ToolSpec(name=t, fn=lambda **_: None, effect="read") for t, _, _ in calls}
-        best = float("inf")
-        for _ in range(max(2, rounds // 3)):
-            m = Monitor(limit=10**9, window=32, normalizers=DEFAULT_NORMALIZERS)
-            t0 = time.process_time()
-            for i, (tool, args, text) in enumerate(calls):
-                key = f"{tool}:{args}"
-                if m.may_correct(key):
-                    m.before(specs[tool], key, "read", args)
-                obs = m.observation(i, tool, key, args, "read", Status.EXECUTED, text, None, args)
-                m.after(specs[tool], obs, None, float(i), 10**9)
-            best = min(best, (time.process_time() - t0) / len(calls))
+        best = [float("inf")] * len(versions)
+        for r in range(max(2, rounds // 3) * len(versions)):
+            turn = r % len(versions) if r // len(versions) % 2 == 0 else -1 - r % len(versions)
+            best[turn] = min(best[turn], _judge(versions[turn], calls))
         print(f"detectors per call, {len(calls):,} recorded calls of {name} (CPU time)")
-        print(f"  mean over the run: {best * 1e6:8.1f} us")
+        if base is None:
+            print(f"  mean over the run: {best[0] * 1e6:8.1f} us")
+        else:
+            print(
+                f"  base {best[0] * 1e6:8.1f} us, this {best[1] * 1e6:8.1f} us: "
+                f"this / base {best[1] / best[0]:.3f}"
+            )
 
 
 def monitor_cost(title: str, rounds: int, rnd: random.Random) -> None:

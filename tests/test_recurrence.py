@@ -45,7 +45,7 @@ class Page:
         return next(k for k, v in self.numbers.items() if v == element)
 
 
-def browser(page: Page) -> headway.Session:
+def browser(page: Page, *, seen: bool = True) -> headway.Session:
     gov = headway.Governor()
 
     def click(index: int) -> str:
@@ -72,13 +72,20 @@ def browser(page: Page) -> headway.Session:
         seed = sum(map(ord, code))  # each probe finds its own figures
         return f"{code} ->\n" + "\n".join(f"metric {i}: {seed * i % 997}" for i in range(20))
 
+    def fill(index: int, text: str) -> str:  # a short answer: the page is not shown
+        return f"Typed '{text}'"
+
+    def find(selector: str) -> str:  # what it found, above the page it found it on
+        return page.render(f"Found 2 elements matching {selector}:\n[0] <button> {selector} 0")
+
     def look() -> str:
         return page.render("Current page")
 
-    for fn in (click, check, input_text, search_page, scroll, evaluate, look):
+    for fn in (click, check, input_text, search_page, scroll, evaluate, fill, find, look):
         gov.register(fn.__name__, fn, effect="read")  # a view action: uncached, judged
     s = gov.session("run")
-    s.call("look", {})  # the page the agent starts from
+    if seen:
+        s.call("look", {})  # the page the agent starts from
     return s
 
 
@@ -206,3 +213,52 @@ def test_ticking_the_check_boxes_of_five_rows_is_not_corrected() -> None:
     rows = [("check", lambda n=n: {"index": page.number_of(30 + n)}) for n in range(5)]
     # five elements alike but for their rows' text, each answering the same short text
     assert corrections(s, rows) == [None] * 5
+
+
+def test_ticking_rows_by_number_before_any_page_was_seen_is_not_corrected() -> None:
+    page = Page()
+    page.render("the page the task started on")  # its numbers reached the agent elsewhere
+    s = browser(page, seen=False)
+    rows = [("check", {"index": page.number_of(30 + n)}) for n in range(5)]
+    # no page to read the numbers from: each number still names one element of its own
+    assert corrections(s, rows) == [None] * 5
+
+
+def test_ticking_rows_again_after_the_page_changed_is_not_corrected() -> None:
+    page = Page()
+    s = browser(page)
+    rows = [("check", lambda n=n: {"index": page.number_of(30 + n)}) for n in range(3)]
+    assert corrections(s, rows) == [None] * 3
+    page.elements[0] = "<button aria-label=Reloaded />"  # a reload: the rows unticked again
+    s.call("look", {})
+    # the same rows on a page that changed since: new targets, not the same clicks again
+    assert corrections(s, rows) == [None] * 3
+
+
+def test_typing_the_same_text_again_between_looks_at_an_unchanged_page_is_corrected() -> None:
+    page = Page()
+    s = browser(page)
+    fill = ("fill", lambda: {"index": page.number_of(20), "text": "invoice OR payment"})
+    calls = [fill, ("find", {"selector": "#panel button"}), fill]
+    calls += [("find", {"selector": "#panel *"}), fill]
+    got = corrections(s, calls)
+    # each look finds something of its own, but the page it shows never changed: the
+    # third identical fill is the same target, the same state, nothing new
+    assert got[:4] == [None] * 4
+    assert got[4] is not None and RECURRENCE in got[4]
+
+
+def test_typing_the_same_text_again_after_the_page_changed_is_not_corrected() -> None:
+    page = Page()
+    s = browser(page)
+    fill = ("fill", lambda: {"index": page.number_of(20), "text": "invoice OR payment"})
+
+    def reload(label: str) -> tuple[str, Any]:
+        def change() -> dict[str, Any]:
+            page.elements[0] = f"<button aria-label={label} />"
+            return {"selector": label}
+
+        return ("find", change)
+
+    calls = [fill, reload("first"), fill, reload("second"), fill]
+    assert corrections(s, calls) == [None] * 5

@@ -12,8 +12,10 @@ nothing echoes its own words back. What stays the same is what a loop is made of
   page shows that number (``[123]<button ...``), and replaced by that element;
 - the *state*: the result with the page's element numbers and the echo of the call's own
   arguments in its first line set aside (volatile parts are content between calls);
-- *nothing new*: every step since the last time this (target, state) came up returned a
-  state the window had already seen, and no write with new arguments ran.
+- *nothing new*: every step since the last time this (target, state) came up showed
+  content the window had already seen, and no write with new arguments ran. A page's
+  content is its elements, not the report above them: a look that reports something
+  about a page that did not change (``find_elements``, ``evaluate``) is nothing new.
 
 The third time a (target, state) comes up with nothing new since the second, the step
 gets a correction (signal ``recurrence``). A long result (a page) is a state in its own
@@ -27,7 +29,8 @@ rules set it, so this never stops a run on its own.
 
 State per session: one entry per window step (three 64-bit digests) and a reference to
 the last result that shows element numbers (a browser's page, up to 64 KiB: where the
-next call's numbers are read). A session record carries the entries, not the page.
+next call's numbers are read) with its digest. A session record carries the entries, not
+the page.
 """
 
 from __future__ import annotations
@@ -63,16 +66,18 @@ class _Seen(NamedTuple):
 class Recurrence:
     """One session's recurrence window (I/O-free)."""
 
-    __slots__ = ("_page", "_steps")
+    __slots__ = ("_page", "_steps", "_view")
 
     def __init__(self, window: int) -> None:
         self._steps: deque[_Seen] = deque(maxlen=window)
         self._page: str | None = None
+        self._view = 0  # the state digest of that page
 
     def clear(self) -> None:
         """A new user turn: nothing counted before it counts after."""
         self._steps.clear()
         self._page = None
+        self._view = 0
 
     def observe(
         self,
@@ -116,18 +121,21 @@ class Recurrence:
         new = fresh_write or all(s.body != body for s in steps)
         steps.append(_Seen(tool, target, state, body, new))
         if "]<" in text:  # a page with element numbers: the next call's numbers refer to it
-            self._page = text[:_PAGE_KEPT]
+            self._page, self._view = text[:_PAGE_KEPT], state
         return times if times >= _TIMES else 0
 
     def probe(self, tool: str, args: str, norm: str, targets: Sequence[str]) -> int:
         """A short answer's probe (``Window.probes``: a tool, the words of its query and
         the answer) for a call that acts on an element: the element, not the words of its
-        arguments (``{"index": 12}`` and ``{"index": 40}`` have the same words). 0 when the
-        call names no element of the last page."""
+        arguments (``{"index": 12}`` and ``{"index": 40}`` have the same words), on the
+        page it was read from: the same element on a page that changed since is a new
+        target (a row unticked again by a reload). A number the last page does not show
+        (or before any page) still names one element: it is kept as it is, digits and
+        all. 0 when the call has no target argument."""
         target, element = self._target(_parse(args), args, targets)
-        if not element or target == args:
+        if not element:
             return 0
-        return stable_hash(f"{tool}\x1f{target}\x1f{norm}") or 1
+        return stable_hash(f"{tool}\x1f{target}\x1f{self._view}\x1f{norm}") or 1
 
     def dump(self) -> list[list[Any]]:
         """The window's entries as JSON (a session record); the last page is not kept."""
@@ -197,7 +205,8 @@ def _state(text: str, parsed: object) -> tuple[int, int]:
     element new since the last step) and the echo of the call's own arguments in the
     report ('No matches for "X"') are set aside. Volatile parts are not: between calls
     with other arguments they are content (semantics §3)."""
-    if "]<" in text:
+    page = "]<" in text
+    if page:
         text = _REF.sub("[#]<", text)
         if "*[#]<" in text:
             text = text.replace("*[#]<", "[#]<")
@@ -210,11 +219,17 @@ def _state(text: str, parsed: object) -> tuple[int, int]:
                 first = first.replace(value, "\x00")
             elif isinstance(value, (int, float)) and not isinstance(value, bool):
                 first = re.sub(rf"(?<![\d.]){re.escape(str(value))}(?![\d.])", "\x00", first)
-    body = 0
+    body = view = 0
     if cut >= 0 and (len(data) - cut > _BLANK_MAX or data[cut + 1 :].strip()):
-        body = _hash(memoryview(data)[cut + 1 :])
+        at = data.find(b"[#]<", cut) if page else -1
+        if at >= 0:  # a page: what it shows is its elements, whatever the report above them
+            at = data.rfind(b"\n", 0, at) + 1
+            view = _hash(memoryview(data)[at:])  # each byte hashed once: the page is long
+            body = _hash(f"{_hash(memoryview(data)[cut + 1 : at])}:{view}".encode())
+        else:
+            body = _hash(memoryview(data)[cut + 1 :])
     head = _hash(first.strip().encode("utf-8", "surrogatepass"))
-    return _hash(f"{head}:{body}".encode()), body or head
+    return _hash(f"{head}:{body}".encode()), view or body or head
 
 
 def _hash(data: bytes | memoryview) -> int:

@@ -116,9 +116,9 @@ def recurrence_note(step: Observation, times: int) -> str:
     """The correction of a recurrence (``Recurrence``), given to a step that has no other."""
     return (
         f"headway: {step.tool} {step.args[:200]} brought you back to a result you already "
-        f"had ({times} times now, with nothing new in between: the same element or request, "
-        "the same page or answer); going round again will not help: use what you have, try "
-        "a different approach, or finish."
+        f"had ({times} times now, and nothing in between changed what you were looking at: "
+        "the same element or request, the same page or answer); going round again will not "
+        "help: use what you have, try a different approach, or finish."
     )
 
 
