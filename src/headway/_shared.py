@@ -51,7 +51,7 @@ from ._session_record import STOPS, dump, load
 from ._steps import check_stop, take
 from .errors import LoopDetected, Stop
 from .idempotency import flush, with_rider
-from .stores._base import Op, batch, in_one_trip
+from .stores._base import SAME, Op, batch, in_one_trip
 
 if TYPE_CHECKING:
     from ._context import Context
@@ -279,11 +279,14 @@ def refresh(ctx: Context, st: SessionState, c: Call, seen: Any = None) -> Plan[b
     key = ctx.session_key(st.session_id)
     ctx.writes.claim_ahead(ctx, c)  # a keyed write claims in the same round trip
     r = _epochs.ride(ctx, st.epochs)  # write epochs owed: published in the same round trip
+    known = st.remote
+    # the record is sent back only if it is no longer the one this worker knows
+    get = Op("get", key, expected=known)
     try:
         if c.rider is not None:
-            rec, *rest = yield from with_rider(ctx, c, [Op("get", key), *(r.ops if r else ())])
-        elif r is not None:
-            rec, *rest = yield trip(ctx.store, [Op("get", key), *r.ops])
+            rec, *rest = yield from with_rider(ctx, c, [get, *(r.ops if r else ())])
+        elif r is not None or known is not None:
+            rec, *rest = yield trip(ctx.store, [get, *(r.ops if r else ())])
         else:
             rec, rest = (yield Blocking(ctx.store.get, (key,))), []
     except Exception as exc:  # the call goes on with what this worker knows
@@ -292,6 +295,8 @@ def refresh(ctx: Context, st: SessionState, c: Call, seen: Any = None) -> Plan[b
         rec = st.remote
     else:
         _epochs.landed(r, rest)
+    if rec is SAME:
+        rec = known
     try:
         with st.lock:
             # a write of another thread here in flight (or done) meanwhile: the record read
@@ -321,11 +326,14 @@ def run_now(ctx: Context, st: SessionState, change: Callable[[], T]) -> T:
 def fetch(ctx: Context, st: SessionState) -> None:
     """Read the record when a handle opens (a run other workers may have moved on)."""
     floor = st.version
-    ops = [Op("get", ctx.session_key(st.session_id))]
+    known = st.remote
+    ops = [Op("get", ctx.session_key(st.session_id), expected=known)]
     if st.epochs is not None:  # the write epochs too, in the same round trip
         ops.append(Op("get", st.epochs.key))
     try:
         rec, *epochs = batch(ctx.store, ops)
+        if rec is SAME:
+            rec = known
         if epochs:
             st.epochs.seen(epochs[0])
     except Exception as exc:  # reads fail open: the first call tries again
