@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from . import _record_parts
 from ._call import describe
+from ._record_parts import Written
 from ._redact import scrub
 from .budgets import Meter
 from .errors import BudgetExceeded, LoopDetected, Stop
@@ -27,11 +29,13 @@ _MAX_AGENTS = 64  # agents whose detector streams the record keeps (the most rec
 STOPS: dict[str, type[Stop]] = {"loop": LoopDetected, "budget": BudgetExceeded}
 
 
-def dump(st: SessionState, now: float) -> str:
+def dump(st: SessionState, now: float, parts: tuple[str, float] | None = None) -> Written:
     """The session record, bounded by the window, not by the length of the run.
 
     Stored as one JSON text (a string value): a swap compares the text this worker wrote
-    or read, never a value encoded again, and the detector steps are encoded once each."""
+    or read, never a value encoded again, and the detector steps are encoded once each.
+    ``parts`` (the record's key and TTL): kept as a head and parts (``_record_parts``),
+    else whole."""
     m = st.meter
     stop = st.stop
     agents = list(st.agents.items())[-_MAX_AGENTS:]
@@ -52,7 +56,37 @@ def dump(st: SessionState, now: float) -> str:
         "mon": st.monitor.snapshot(),
         "agents": {name: mon.snapshot() for name, mon in agents},
     }
-    return orjson.dumps(record).decode()
+    if parts is None:
+        return Written(orjson.dumps(record).decode(), None, [])
+    # the steps as the snapshots encoded them (each once, kept on the step)
+    texts = {None: [o._json or "" for o in st.monitor.window]}
+    texts.update((name, [o._json or "" for o in mon.window]) for name, mon in agents)
+    lists = _record_parts.take_lists(record, texts)  # type: ignore[arg-type]
+    prev = _parsed(st.remote)
+    key, ttl = parts
+    head, part, dropped = _record_parts.split(
+        record, lists, prev, st.parts, record["ver"], now, ttl, key
+    )
+    text = orjson.dumps(head).decode()
+    _record_parts.prune(st.parts, prev, head)
+    return Written(text, None if part is None else part[:2], dropped)
+
+
+def _parsed(text: Any) -> Any:
+    try:
+        return orjson.loads(text) if isinstance(text, str) else None
+    except orjson.JSONDecodeError:
+        return None
+
+
+def missing(st: SessionState, rec: Any) -> list[str]:
+    """The parts a record read from the store references that this worker does not hold."""
+    if not isinstance(rec, str) or '"P":' not in rec:
+        return []
+    try:
+        return [n for n in _record_parts.needed(_parsed(rec)) if n not in st.parts]
+    except (KeyError, TypeError):
+        return []  # unreadable: ``load`` says so
 
 
 def load(st: SessionState, rec: Any, now: float, floor: int | None = None) -> None:
@@ -74,6 +108,12 @@ def load(st: SessionState, rec: Any, now: float, floor: int | None = None) -> No
 
 def _load(st: SessionState, text: str | None, now: float, floor: int) -> None:
     rec: Any = None if text is None else orjson.loads(text)
+    if rec is not None and not _record_parts.join(rec, st.parts):
+        log.warning(
+            "session record (%s): some detector steps are no longer in the store; the "
+            "detectors go on without them",
+            st.session_id,
+        )
     if rec is not None:
         version = rec.get("ver", 0)  # absent from records of older versions
         if type(version) is not int:
@@ -128,3 +168,17 @@ def _load(st: SessionState, text: str | None, now: float, floor: int) -> None:
     st.agents.clear()
     for name, snap in rec["agents"].items():
         st.monitor_of(name).restore(snap)
+
+
+def stored(store: Any, key: str) -> Any:
+    """The session record under ``key`` as a worker reads it, its parts joined (a dict;
+    None when absent): for tests and for looking at a run."""
+    text = store.get(key)
+    rec = _parsed(text)
+    p = _record_parts.layout(rec)
+    if p is not None:
+        names = _record_parts.needed(rec)
+        parts = {n: store.get(f"{key}:{n}") for n in names}
+        held = {n: _record_parts.parse_part(t) for n, t in parts.items() if isinstance(t, str)}
+        _record_parts.join(rec, held)
+    return rec

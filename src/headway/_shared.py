@@ -47,7 +47,8 @@ from ._call import Call, describe
 from ._effects import Blocking, Plan, Sleep, Wait, drive_sync
 from ._epochs import trip
 from ._redact import scrub
-from ._session_record import STOPS, dump, load
+from ._record_parts import Written, parse_part
+from ._session_record import STOPS, dump, load, missing
 from ._steps import check_stop, take
 from .errors import LoopDetected, Stop
 from .idempotency import flush, with_rider
@@ -109,6 +110,7 @@ def _update(
 ) -> Plan[T]:
     key = ctx.session_key(st.session_id)
     store, ttl = ctx.store, ctx.session_ttl_s
+    split = in_one_trip(store)  # a head and parts (``_record_parts``): a batch writes them
     for round_ in range(rounds):
         current: Any = _UNREAD
         with st.lock:
@@ -123,7 +125,8 @@ def _update(
             durable = (st.epoch, st.stop, st.unknown_writes, st.unknown_steps) != before
             written = st.version + 1
             try:
-                new: str | None = dump(st, ctx.clock())
+                w = dump(st, ctx.clock(), (key, ttl) if split else None)
+                new: str | None = w.head
                 st.remote = new  # later changes in this process build on this one
             except (TypeError, ValueError) as exc:  # cannot be written: kept here only
                 new, unwritable = None, exc
@@ -132,6 +135,8 @@ def _update(
                 _withdraw(ctx, st, expected, unwritable)
             _degrade(st, c, unwritable, expected, None)
             return result
+        # the part it adds and the parts it drops, written only if the record is
+        parts = _part_ops(w, ttl, durable)
         # write epochs owed (a write's): published in the same round trip
         carries = (c is not None and c.rider is not None) or (
             expected is not None and (in_one_trip(store) or (c is not None and c.guard is not None))
@@ -139,6 +144,7 @@ def _update(
         r = _epochs.ride(ctx, st.epochs) if carries else None
         extra = r.ops if r is not None else []
         rest: list[Any] = []
+        n = len(parts)
         try:
             if c is not None and c.rider is not None:
                 # with the keyed write's claim or completion; chained to a completion
@@ -149,29 +155,35 @@ def _update(
                     if expected is None
                     else Op("swap", key, new, expected, ttl, durable=durable)
                 )
-                done, current, *rest = yield from with_rider(
-                    ctx, c, [first, Op("get", key, only_if=False), *extra], chained=True
+                done, *rest = yield from with_rider(
+                    ctx, c, [first, *parts, Op("get", key, only_if=False), *extra], chained=True
                 )
+                current, rest = rest[n], rest[n + 1 :]
                 ok = done is True
             elif expected is None:
-                ok = yield Blocking(store.add, (key, new, ttl))
+                if parts:
+                    ok, *_ = yield trip(store, [Op("add", key, new, ttl_s=ttl), *parts])
+                else:
+                    ok = yield Blocking(store.add, (key, new, ttl))
             elif c is not None and c.guard is not None:
                 # a read served from an entry held here: settled only while the write
                 # epochs are still those it was held under (``_epochs``), else ``Moved``
                 guard, c.guard = c.guard, None
                 swap = Op("swap", key, new, expected, ttl, only_if=True, durable=durable)
-                _, done, current, *rest = yield trip(
-                    store, [guard, swap, Op("get", key, only_if=False), *extra]
+                _, done, *rest = yield trip(
+                    store, [guard, swap, *parts, Op("get", key, only_if=False), *extra]
                 )
+                current, rest = rest[n], rest[n + 1 :]
                 ok = done is True
             elif in_one_trip(store):  # the record read back in the same round trip
                 # the store's own method: a SQLite store runs it on the event loop (inline)
                 # (with a rider, above, the idempotency record keeps the batch durable)
                 swap = Op("swap", key, new, expected, ttl, durable=durable)
-                done, current, *rest = yield Blocking(
+                done, *rest = yield Blocking(
                     store.batch,  # type: ignore[attr-defined]  # in_one_trip: it has one
-                    ([swap, Op("get", key, only_if=False), *extra],),
+                    ([swap, *parts, Op("get", key, only_if=False), *extra],),
                 )
+                current, rest = rest[n], rest[n + 1 :]
                 ok = done is True
             else:
                 ok = yield Blocking(store.swap, (key, expected, new, ttl))
@@ -179,6 +191,8 @@ def _update(
             r = None
             if not ok and current is _UNREAD:
                 current = yield Blocking(store.get, (key,))
+            if not ok:
+                yield from _fetch_parts(ctx, st, current)
         except Exception as exc:
             _epochs.landed(r, None)
             if rounds == 1:
@@ -212,6 +226,28 @@ def _update(
     if c is not None:
         c.flag("session_state_conflict: the shared record kept changing; local state used")
     return result
+
+
+def _part_ops(w: Written, ttl: float, durable: bool) -> list[Op]:
+    """A record write's part and dropped parts, each performed only if the one before it
+    was (the first: if the record's swap was). A part lives twice the record's TTL."""
+    ops = [] if w.part is None else [Op("set", w.part[0], w.part[1], ttl_s=2 * ttl, only_if=True)]
+    ops += [Op("delete", k, only_if=True) for k in w.dropped]
+    return [op._replace(durable=durable) for op in ops]
+
+
+def _fetch_parts(ctx: Context, st: SessionState, rec: Any) -> Plan[None]:
+    """The parts of a record read from the store that this worker does not hold: read in
+    one round trip (none when this worker wrote them). A part gone meanwhile (the record
+    moved on) is left out: the next swap fails and reads the record again."""
+    names = missing(st, rec)
+    if not names:
+        return
+    key = ctx.session_key(st.session_id)
+    texts = yield trip(ctx.store, [Op("get", f"{key}:{n}") for n in names])
+    for name, text in zip(names, texts, strict=True):
+        if isinstance(text, str):
+            st.parts[name] = parse_part(text)
 
 
 def _withdraw(ctx: Context, st: SessionState, expected: Any, exc: BaseException) -> NoReturn:
@@ -297,6 +333,12 @@ def refresh(ctx: Context, st: SessionState, c: Call, seen: Any = None) -> Plan[b
         _epochs.landed(r, rest)
     if rec is SAME:
         rec = known
+    elif rec is not st.remote:
+        try:
+            yield from _fetch_parts(ctx, st, rec)
+        except Exception as exc:  # the call goes on with what this worker knows
+            _degrade(st, c, exc, None, None)
+            rec = st.remote
     try:
         with st.lock:
             # a write of another thread here in flight (or done) meanwhile: the record read
@@ -334,6 +376,8 @@ def fetch(ctx: Context, st: SessionState) -> None:
         rec, *epochs = batch(ctx.store, ops)
         if rec is SAME:
             rec = known
+        elif rec is not None:
+            drive_sync(_fetch_parts(ctx, st, rec), ctx.sleep or time.sleep)
         if epochs:
             st.epochs.seen(epochs[0])
     except Exception as exc:  # reads fail open: the first call tries again

@@ -1,0 +1,229 @@
+"""A session record kept as a small head and immutable parts: what a step writes.
+
+The detector windows are most of a session record (their steps, and the recurrence's
+entries, a few hundred bytes each) and change by a step at a time: the oldest leaves,
+the newest comes. So the record's head holds everything else, and each of these lists
+as the parts that hold its items::
+
+    head["P"] = {"id": run token, "v": [version, ...], "k": [[agent, field, skip], ...]}
+    part "{session key}:{id}:{version}" = {"t": time, "r": [[agent, field], ...],
+                                           "i": [[agent, field, [item, ...]], ...]}
+
+A list (``field`` "w" or "rc" of the session's monitor, agent None, or of an agent's) is
+the items of the parts in ``v``, from the last one that resets it (``r``), without its
+first ``skip``. A write adds at most one part, written by the version it makes, holding
+the items new since the head it replaces, and drops the parts whose items have all left
+(deleted in the same round trip). Parts never change, so a worker reads only the parts
+it lacks: none when it wrote the head itself. The head keeps these lists empty, where an
+earlier version of headway reads them (a worker of that version sees empty windows).
+
+A part lives twice the session's TTL and a head references only parts written in the
+last half of it: a part outlives every head that names it. A head that names more than
+``_MAX_PARTS`` parts, or one older than that, is written again in one part.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+import orjson
+
+_FIELDS = ("w", "rc")
+_MAX_PARTS = 64
+
+ListPath = tuple[str | None, str]  # (agent, field)
+
+
+class Part(NamedTuple):
+    """A part as held in memory: its time, the lists it resets, its items as JSON texts."""
+
+    t: float
+    resets: frozenset[ListPath]
+    items: dict[ListPath, list[str]]
+
+
+class Written(NamedTuple):
+    """A record write: the head's text, the part to write (its name and text), if any, and
+    the parts it no longer needs."""
+
+    head: str
+    part: tuple[str, str] | None
+    dropped: list[str]
+
+
+def part_key(session_key: str, token: str, version: int | str) -> str:
+    return f"{session_key}:{token}:{version}"
+
+
+def layout(rec: Any) -> dict[str, Any] | None:
+    """The head's part list (``P``), or None for a record kept whole."""
+    p = rec.get("P") if isinstance(rec, dict) else None
+    return p if isinstance(p, dict) else None
+
+
+def needed(rec: Any) -> list[str]:
+    """The names (token:version) of the parts a head references."""
+    p = layout(rec)
+    return [] if p is None else [f"{p['id']}:{v}" for v in p["v"]]
+
+
+def _monitors(rec: dict[str, Any]) -> Iterator[tuple[str | None, dict[str, Any]]]:
+    yield None, rec["mon"]
+    yield from rec["agents"].items()
+
+
+def take_lists(rec: dict[str, Any], texts: dict[str | None, list[str]]) -> dict[ListPath, list[str]]:
+    """Take the per-step lists out of a record (left empty), as JSON texts: the window's
+    steps given (``texts``: the texts the record was made from), the rest encoded."""
+    out: dict[ListPath, list[str]] = {}
+    for agent, snap in _monitors(rec):
+        for field in _FIELDS:
+            if field == "w" and agent in texts:
+                out[agent, field] = texts[agent]
+            else:
+                out[agent, field] = [orjson.dumps(x).decode() for x in snap.get(field, ())]
+            snap[field] = []
+    return out
+
+
+def parse_part(text: str) -> Part:
+    """A part as read from the store."""
+    data = orjson.loads(text)
+    return Part(
+        data["t"],
+        frozenset((a, f) for a, f in data["r"]),
+        {(a, f): [orjson.dumps(x).decode() for x in xs] for a, f, xs in data["i"]},
+    )
+
+
+def _part_text(part: Part) -> str:
+    items = [[a, f, orjson.Fragment("[" + ",".join(xs) + "]")] for (a, f), xs in part.items.items()]
+    return orjson.dumps({"t": part.t, "r": [list(p) for p in part.resets], "i": items}).decode()
+
+
+def lists_of(p: dict[str, Any], parts: dict[str, Part]) -> dict[ListPath, list[str]] | None:
+    """The lists a head's parts make (None: a part is not held here)."""
+    token = p["id"]
+    held = [parts.get(f"{token}:{v}") for v in p["v"]]
+    if any(part is None for part in held):
+        return None
+    out: dict[ListPath, list[str]] = {}
+    for agent, field, skip in p["k"]:
+        path = (agent, field)
+        items: list[str] = []
+        for part in held:
+            assert part is not None
+            if path in part.resets:
+                items = []
+            items += part.items.get(path, ())
+        out[path] = items[skip:]
+    return out
+
+
+def join(rec: dict[str, Any], parts: dict[str, Part]) -> bool:
+    """Put a head's lists back in its snapshots from ``parts``; False when a part is not
+    held (the lists it would give are left empty)."""
+    p = layout(rec)
+    if p is None:
+        return True
+    lists = lists_of(p, parts)
+    if lists is None:
+        return False
+    for agent, snap in _monitors(rec):
+        for field in _FIELDS:
+            snap[field] = [orjson.loads(x) for x in lists.get((agent, field), ())]
+    return True
+
+
+def _dropped_front(old: list[str], new: list[str]) -> int | None:
+    """How many items left the front of ``old`` for ``new`` to continue it (new = old[d:] +
+    more), or None when it does not."""
+    if not old:
+        return 0
+    if not new:
+        return len(old)
+    try:
+        d = old.index(new[0])
+    except ValueError:
+        return len(old)  # all left: ``new`` holds only new items
+    keep = len(old) - d
+    return d if new[:keep] == old[d:] else None
+
+
+def split(
+    rec: dict[str, Any],
+    lists: dict[ListPath, list[str]],
+    prev: Any,
+    parts: dict[str, Part],
+    version: int,
+    now: float,
+    ttl_s: float,
+    session_key: str,
+) -> tuple[dict[str, Any], tuple[str, str, Part] | None, list[str]]:
+    """The head replacing ``prev`` (the record as last known here), the part it adds (its
+    name, text and content) and the parts it drops."""
+    p = layout(prev)
+    old = None if p is None else lists_of(p, parts)
+    if p is not None and old is not None:
+        oldest = parts[f"{p['id']}:{p['v'][0]}"].t if p["v"] else now
+        if len(p["v"]) >= _MAX_PARTS or oldest < now - ttl_s / 2:
+            old = None  # written again whole: see the module's docstring
+    token = secrets.token_hex(4) if p is None else p["id"]
+    dropped: list[str] = []
+    if p is not None and old is None:  # none of them is referenced any more
+        dropped = [part_key(session_key, p["id"], v) for v in p["v"]]
+    versions: list[int] = [] if old is None else list(p["v"])  # type: ignore[index]
+    skips = {} if old is None else {(a, f): s for a, f, s in p["k"]}  # type: ignore[index]
+    resets: set[ListPath] = set()
+    new_items: dict[ListPath, list[str]] = {}
+    for path, items in lists.items():
+        before = None if old is None else old.get(path)
+        d = None if before is None else _dropped_front(before, items)
+        if d is None or before is None:
+            resets.add(path)
+            skips[path] = 0
+            if items:
+                new_items[path] = items
+            continue
+        skips[path] += d
+        if len(items) > len(before) - d:
+            new_items[path] = items[len(before) - d :]
+    for path in list(skips):
+        if path not in lists:
+            del skips[path]  # an agent no longer kept
+    part = None
+    if resets or new_items:
+        content = Part(now, frozenset(resets), new_items)
+        name = f"{token}:{version}"
+        parts[name] = content
+        versions.append(version)
+        part = (part_key(session_key, token, version), _part_text(content), content)
+    while versions:  # the front part goes once all its items have left every list
+        front = parts[f"{token}:{versions[0]}"]
+        later = [parts[f"{token}:{v}"] for v in versions[1:]]
+        counts = {}
+        for path in skips:
+            if any(path in q.resets for q in later):
+                continue  # restarted in a later part: this one gives it nothing
+            n = len(front.items.get(path, ()))
+            if n > skips[path]:
+                break
+            counts[path] = n
+        else:
+            for path, n in counts.items():
+                skips[path] -= n
+            dropped.append(part_key(session_key, token, versions.pop(0)))
+            continue
+        break
+    head = dict(rec)
+    head["P"] = {"id": token, "v": versions, "k": [[a, f, s] for (a, f), s in skips.items()]}
+    return head, None if part is None else part, dropped
+
+
+def prune(parts: dict[str, Part], *heads: Any) -> None:
+    """Keep only the parts these heads reference."""
+    keep = {name for h in heads for name in needed(h)}
+    for name in [n for n in parts if n not in keep]:
+        del parts[name]
