@@ -16,6 +16,7 @@ subprocess with that version first, so both versions' figures print in one run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import socket
 import statistics
@@ -67,10 +68,8 @@ class Relay:
             pass
         finally:
             for s in (src, dst):
-                try:
+                with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
 
     def count(self) -> int:
         with self._lock:

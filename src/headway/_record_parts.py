@@ -74,7 +74,9 @@ def _monitors(rec: dict[str, Any]) -> Iterator[tuple[str | None, dict[str, Any]]
     yield from rec["agents"].items()
 
 
-def take_lists(rec: dict[str, Any], texts: dict[str | None, list[str]]) -> dict[ListPath, list[str]]:
+def take_lists(
+    rec: dict[str, Any], texts: dict[str | None, list[str]]
+) -> dict[ListPath, list[str]]:
     """Take the per-step lists out of a record (left empty), as JSON texts: the window's
     steps given (``texts``: the texts the record was made from), the rest encoded."""
     out: dict[ListPath, list[str]] = {}
@@ -204,11 +206,11 @@ def split(
         front = parts[f"{token}:{versions[0]}"]
         later = [parts[f"{token}:{v}"] for v in versions[1:]]
         counts = {}
-        for path in skips:
+        for path, skip in skips.items():
             if any(path in q.resets for q in later):
                 continue  # restarted in a later part: this one gives it nothing
             n = len(front.items.get(path, ()))
-            if n > skips[path]:
+            if n > skip:
                 break
             counts[path] = n
         else:

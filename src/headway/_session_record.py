@@ -59,13 +59,13 @@ def dump(st: SessionState, now: float, parts: tuple[str, float] | None = None) -
     if parts is None:
         return Written(orjson.dumps(record).decode(), None, [])
     # the steps as the snapshots encoded them (each once, kept on the step)
-    texts = {None: [o._json or "" for o in st.monitor.window]}
+    texts: dict[str | None, list[str]] = {None: [o._json or "" for o in st.monitor.window]}
     texts.update((name, [o._json or "" for o in mon.window]) for name, mon in agents)
-    lists = _record_parts.take_lists(record, texts)  # type: ignore[arg-type]
+    lists = _record_parts.take_lists(record, texts)
     prev = _parsed(st.remote)
     key, ttl = parts
     head, part, dropped = _record_parts.split(
-        record, lists, prev, st.parts, record["ver"], now, ttl, key
+        record, lists, prev, st.parts, st.version + 1, now, ttl, key
     )
     text = orjson.dumps(head).decode()
     _record_parts.prune(st.parts, prev, head)

@@ -46,8 +46,8 @@ from . import _epochs
 from ._call import Call, describe
 from ._effects import Blocking, Plan, Sleep, Wait, drive_sync
 from ._epochs import trip
-from ._redact import scrub
 from ._record_parts import Written, parse_part
+from ._redact import scrub
 from ._session_record import STOPS, dump, load, missing
 from ._steps import check_stop, take
 from .errors import LoopDetected, Stop

@@ -96,7 +96,9 @@ class SignedStore:
 
     def _signed(self, op: Op) -> Op:
         if op.name == "get":
-            return op if op.expected is None else op._replace(expected=self._sign(op.key, op.expected))
+            return (
+                op if op.expected is None else op._replace(expected=self._sign(op.key, op.expected))
+            )
         deletes = op.value is None and op.name == "swap"
         return op._replace(
             value=None if deletes else self._sign(op.key, op.value),

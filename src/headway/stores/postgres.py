@@ -175,7 +175,9 @@ class PostgresStore:
                 done = "FALSE"
                 continue
             if op.name == "delete":
-                parts.append(f"r{i} AS (DELETE FROM {_TABLE} WHERE key = %s AND {cond} RETURNING 1)")
+                parts.append(
+                    f"r{i} AS (DELETE FROM {_TABLE} WHERE key = %s AND {cond} RETURNING 1)"
+                )
                 params.append(key)
                 done = cond  # done when performed, whether or not the key was there
                 outs.append(f"CASE WHEN {cond} THEN TRUE END")
