@@ -36,10 +36,12 @@ return 1
 """
 
 
-# ``batch``: KEYS[i] with ARGV[3i-2 .. 3i] = name, condition ('1', '0' or ''), PX ('' for
-# none); then the values, in the operations' order: one for a set or an add, two for a
-# swap (its new value, '' to delete, then its expected one), one for a get with an
-# expected value ('getx'), none for a get or a delete. An expected value written '#' and
+# ``batch``: ARGV[1] = the number of operations n; operation i is ARGV[4i-2 .. 4i+1] =
+# name, condition ('1', '0' or ''), PX ('' for none), the index of its key in KEYS (each
+# key sent once: a session's record is often read back after its swap); then the values,
+# in the operations' order: one for a set or an add, two for a swap (its new value, '' to
+# delete, then its expected one), one for a get with an expected value ('getx'), none for
+# a get or a delete. An expected value written '#' and
 # a SHA-1 (never a JSON text) is compared with the stored value's digest. Results: a
 # get's value (nil when absent; '=' for a getx whose value is the expected one), 1 or 0
 # for the others, nil when skipped.
@@ -51,27 +53,29 @@ local function same(current, expected)
   end
   return current == expected
 end
-local out, last, data = {}, nil, 3 * #KEYS + 1
-for i = 1, #KEYS do
-  local name, cond, px, r = ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i], 0
+local n = tonumber(ARGV[1])
+local out, last, data = {}, nil, 4 * n + 2
+for i = 1, n do
+  local name, cond, px, r = ARGV[4 * i - 2], ARGV[4 * i - 1], ARGV[4 * i], 0
+  local key = KEYS[tonumber(ARGV[4 * i + 1])]
   local value = ARGV[data]
   if name == 'swap' then data = data + 2
   elseif name ~= 'get' and name ~= 'del' then data = data + 1 end
   if (cond == '1' and last ~= 1) or (cond == '0' and last == 1) then r = false
-  elseif name == 'get' then r = redis.call('GET', KEYS[i])
+  elseif name == 'get' then r = redis.call('GET', key)
   elseif name == 'getx' then
-    r = redis.call('GET', KEYS[i])
+    r = redis.call('GET', key)
     if same(r, value) then r = '=' end
-  elseif name == 'del' then redis.call('DEL', KEYS[i]); r = 1
+  elseif name == 'del' then redis.call('DEL', key); r = 1
   elseif name == 'swap' then
-    if same(redis.call('GET', KEYS[i]), ARGV[data - 1]) then
-      if value == '' then redis.call('DEL', KEYS[i])
-      elseif px == '' then redis.call('SET', KEYS[i], value)
-      else redis.call('SET', KEYS[i], value, 'PX', px) end
+    if same(redis.call('GET', key), ARGV[data - 1]) then
+      if value == '' then redis.call('DEL', key)
+      elseif px == '' then redis.call('SET', key, value)
+      else redis.call('SET', key, value, 'PX', px) end
       r = 1
     end
   else
-    local args = {'SET', KEYS[i], value}
+    local args = {'SET', key, value}
     if name == 'add' then args[#args + 1] = 'NX' end
     if px ~= '' then args[#args + 1] = 'PX'; args[#args + 1] = px end
     if redis.call(unpack(args)) then r = 1 end
@@ -175,8 +179,8 @@ class RedisStore:
     def batch(self, ops: Sequence[Op]) -> list[Any]:
         """Several operations in one script: one round trip (see ``_base.batch``). Their
         keys need not share a hash slot: a single server, not Redis Cluster."""
-        keys: list[str] = []
-        args: list[Any] = []
+        keys: dict[str, int] = {}  # each key once, numbered from 1 as in Lua
+        args: list[Any] = [len(ops)]
         values: list[str] = []
         for op in ops:
             px = _px(op.ttl_s)
@@ -193,9 +197,9 @@ class RedisStore:
             elif name != "get":
                 raise StoreError(f"unknown store operation {op.name!r}")
             cond = "" if op.only_if is None else ("1" if op.only_if else "0")
-            keys.append(self._k(op.key))
-            args += (name, cond, "" if px is None or op.name == "get" else str(px))
-        replies = self._do(self._batch, keys=keys, args=args + values)
+            at = keys.setdefault(self._k(op.key), len(keys) + 1)
+            args += (name, cond, "" if px is None or op.name == "get" else str(px), at)
+        replies = self._do(self._batch, keys=list(keys), args=args + values)
         return [
             (SAME if r == SAME_TEXT else loads(r))
             if op.name == "get"
