@@ -109,8 +109,6 @@ def measure(kind: str, steps: int, calls: int) -> list[tuple[str, int]]:
     gov.register("price", lambda sku: {"sku": sku, "eur": 3}, effect="read", deterministic=True)
     run = uuid.uuid4().hex
     s = gov.session(run)
-    for sku in range(8):  # the entries this worker holds
-        s.call("price", {"sku": sku})
     n = [0]
 
     def write(i: int) -> Any:
@@ -124,9 +122,9 @@ def measure(kind: str, steps: int, calls: int) -> list[tuple[str, int]]:
 
     rows = []
     for at in (10, steps):
-        while s.steps < at:
-            s.call("price", {"sku": s.steps % 8})  # the writes made the entries stale
-        for sku in range(8):
+        while s.steps < at - 8:
+            s.call("price", {"sku": s.steps % 8})
+        for sku in range(8):  # the entries this worker holds (the writes made them stale)
             s.call("price", {"sku": sku})
         reads = per_call(relay, read, calls)  # before the writes, which make them stale
         rows += [(f"step {s.steps:,}", per_call(relay, write, calls)), ("", reads)]

@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 
 import headway
+from conftest import present
 from headway._session_record import stored
 from headway.stores._base import Op, batch
 
@@ -134,7 +135,7 @@ def test_a_record_kept_whole_by_an_earlier_version_still_loads(tmp_path: Path) -
     s = old.session("r", budgets=headway.Budgets(tool_calls=5))
     for n in range(3):
         s.call("search", {"q": n})
-    text = old.store.get(old.session_key("r"))
+    text = present(old.store.get(old.session_key("r")))
     assert len(orjson.loads(text)["mon"]["w"]) == 3 and '"P":' not in text
     new = _gov(headway.SQLiteStore(db))
     s2 = new.session("r", budgets=headway.Budgets(tool_calls=5))
@@ -154,7 +155,7 @@ def test_a_head_read_by_an_earlier_version_has_every_field_and_empty_windows(
     gov = _gov(headway.SQLiteStore(str(tmp_path / "s.db")))
     s = gov.session("r")
     s.call("search", {"q": 1})
-    head = orjson.loads(gov.store.get(gov.session_key("r")))
+    head = orjson.loads(present(gov.store.get(gov.session_key("r"))))
     whole = stored(gov.store, gov.session_key("r"))
     assert head.keys() - {"P"} == whole.keys() - {"P"}
     assert head["mon"]["w"] == [] and head["steps"] == 1 and len(whole["mon"]["w"]) == 1

@@ -5,10 +5,11 @@ entries, a few hundred bytes each) and change by a step at a time: the oldest le
 the newest comes. So the record's head holds everything else, and each of these lists
 as the parts that hold its items::
 
-    head["P"] = {"id": run token, "v": [version, ...], "k": [[agent, field, skip], ...]}
+    head["P"] = {"id": run token, "v": [[version, count], ...], "k": [[agent, field, skip], ...]}
     part "{session key}:{id}:{version}" = {"t": time, "r": [[agent, field], ...],
                                            "i": [[agent, field, [item, ...]], ...]}
 
+``v`` names the parts by the versions that wrote them, as runs of consecutive versions.
 A list (``field`` "w" or "rc" of the session's monitor, agent None, or of an agent's) is
 the items of the parts in ``v``, from the last one that resets it (``r``), without its
 first ``skip``. A write adds at most one part, written by the version it makes, holding
@@ -18,8 +19,9 @@ it lacks: none when it wrote the head itself. The head keeps these lists empty, 
 earlier version of headway reads them (a worker of that version sees empty windows).
 
 A part lives twice the session's TTL and a head references only parts written in the
-last half of it: a part outlives every head that names it. A head that names more than
-``_MAX_PARTS`` parts, or one older than that, is written again in one part.
+last half of it: a part outlives every head that names it. A head that would name a part
+older than that, or more parts than twice its longest list has items (at least
+``_MAX_PARTS``: agents' steps far apart), is written again in one part.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from typing import Any, NamedTuple
 import orjson
 
 _FIELDS = ("w", "rc")
-_MAX_PARTS = 64
+_MAX_PARTS = 64  # at least; twice the longest list's items past that
+_NAMED_AT_MOST = 100_000  # a head naming more is not one headway wrote
 
 ListPath = tuple[str | None, str]  # (agent, field)
 
@@ -63,10 +66,27 @@ def layout(rec: Any) -> dict[str, Any] | None:
     return p if isinstance(p, dict) else None
 
 
+def versions(p: dict[str, Any]) -> list[int]:
+    """The versions of a head's parts, in order (``v`` holds them as runs)."""
+    if sum(count for _, count in p["v"]) > _NAMED_AT_MOST:
+        raise ValueError("a session record's head names more parts than it may")
+    return [v for start, count in p["v"] for v in range(start, start + count)]
+
+
+def _runs(vs: list[int]) -> list[list[int]]:
+    runs: list[list[int]] = []
+    for v in vs:
+        if runs and runs[-1][0] + runs[-1][1] == v:
+            runs[-1][1] += 1
+        else:
+            runs.append([v, 1])
+    return runs
+
+
 def needed(rec: Any) -> list[str]:
     """The names (token:version) of the parts a head references."""
     p = layout(rec)
-    return [] if p is None else [f"{p['id']}:{v}" for v in p["v"]]
+    return [] if p is None else [f"{p['id']}:{v}" for v in versions(p)]
 
 
 def _monitors(rec: dict[str, Any]) -> Iterator[tuple[str | None, dict[str, Any]]]:
@@ -108,7 +128,7 @@ def _part_text(part: Part) -> str:
 def lists_of(p: dict[str, Any], parts: dict[str, Part]) -> dict[ListPath, list[str]] | None:
     """The lists a head's parts make (None: a part is not held here)."""
     token = p["id"]
-    held = [parts.get(f"{token}:{v}") for v in p["v"]]
+    held = [parts.get(f"{token}:{v}") for v in versions(p)]
     if any(part is None for part in held):
         return None
     out: dict[ListPath, list[str]] = {}
@@ -166,17 +186,22 @@ def split(
 ) -> tuple[dict[str, Any], tuple[str, str, Part] | None, list[str]]:
     """The head replacing ``prev`` (the record as last known here), the part it adds (its
     name, text and content) and the parts it drops."""
-    p = layout(prev)
-    old = None if p is None else lists_of(p, parts)
+    try:
+        p = layout(prev)
+        old = None if p is None else lists_of(p, parts)
+        named = [] if p is None else versions(p)
+    except (KeyError, TypeError, ValueError):  # unreadable (``load`` said so): replaced
+        p, old, named = None, None, []
     if p is not None and old is not None:
-        oldest = parts[f"{p['id']}:{p['v'][0]}"].t if p["v"] else now
-        if len(p["v"]) >= _MAX_PARTS or oldest < now - ttl_s / 2:
+        oldest = parts[f"{p['id']}:{named[0]}"].t if named else now
+        most = max(_MAX_PARTS, 2 * max(map(len, lists.values()), default=0))
+        if len(named) >= most or oldest < now - ttl_s / 2:
             old = None  # written again whole: see the module's docstring
     token = secrets.token_hex(4) if p is None else p["id"]
     dropped: list[str] = []
     if p is not None and old is None:  # none of them is referenced any more
-        dropped = [part_key(session_key, p["id"], v) for v in p["v"]]
-    versions: list[int] = [] if old is None else list(p["v"])  # type: ignore[index]
+        dropped = [part_key(session_key, token, v) for v in named]
+    kept: list[int] = [] if old is None else named
     skips = {} if old is None else {(a, f): s for a, f, s in p["k"]}  # type: ignore[index]
     resets: set[ListPath] = set()
     new_items: dict[ListPath, list[str]] = {}
@@ -200,11 +225,11 @@ def split(
         content = Part(now, frozenset(resets), new_items)
         name = f"{token}:{version}"
         parts[name] = content
-        versions.append(version)
+        kept.append(version)
         part = (part_key(session_key, token, version), _part_text(content), content)
-    while versions:  # the front part goes once all its items have left every list
-        front = parts[f"{token}:{versions[0]}"]
-        later = [parts[f"{token}:{v}"] for v in versions[1:]]
+    while kept:  # the front part goes once all its items have left every list
+        front = parts[f"{token}:{kept[0]}"]
+        later = [parts[f"{token}:{v}"] for v in kept[1:]]
         counts = {}
         for path, skip in skips.items():
             if any(path in q.resets for q in later):
@@ -216,11 +241,11 @@ def split(
         else:
             for path, n in counts.items():
                 skips[path] -= n
-            dropped.append(part_key(session_key, token, versions.pop(0)))
+            dropped.append(part_key(session_key, token, kept.pop(0)))
             continue
         break
     head = dict(rec)
-    head["P"] = {"id": token, "v": versions, "k": [[a, f, s] for (a, f), s in skips.items()]}
+    head["P"] = {"id": token, "v": _runs(kept), "k": [[a, f, s] for (a, f), s in skips.items()]}
     return head, None if part is None else part, dropped
 
 

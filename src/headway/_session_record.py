@@ -85,7 +85,7 @@ def missing(st: SessionState, rec: Any) -> list[str]:
         return []
     try:
         return [n for n in _record_parts.needed(_parsed(rec)) if n not in st.parts]
-    except (KeyError, TypeError):
+    except (KeyError, TypeError, ValueError):
         return []  # unreadable: ``load`` says so
 
 
