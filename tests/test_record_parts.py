@@ -173,3 +173,18 @@ def test_a_part_gone_from_the_store_leaves_the_run_going_without_those_steps(
     out = b.session("r").call("search", {"q": 3})
     assert out.step == 3  # the steps and budgets are the head's: the run goes on
     assert [step[0] for step in stored(b.store, b.session_key("r"))["mon"]["w"]] == [3]
+
+
+def test_a_worker_whose_write_lost_the_race_reads_the_winners_part_of_that_version(
+    tmp_path: Path,
+) -> None:
+    db = str(tmp_path / "s.db")
+    a, b = _gov(headway.SQLiteStore(db)), _gov(headway.SQLiteStore(db))
+    for gov in (a, b):
+        gov.register("price", lambda sku: {"eur": 3}, effect="read", deterministic=True)
+    sa, sb = a.session("r"), b.session("r")
+    sa.call("price", {"sku": 1})  # a holds the entry: its next read is one swap, unread
+    sb.call("search", {"q": "b"})  # b writes the version a's next write will make too
+    assert sa.call("price", {"sku": 1}).status is headway.Status.CACHED
+    window = stored(a.store, a.session_key("r"))["mon"]["w"]
+    assert [(step[0], step[1]) for step in window] == [(0, "price"), (1, "search"), (2, "price")]

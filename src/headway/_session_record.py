@@ -79,17 +79,23 @@ def _parsed(text: Any) -> Any:
         return None
 
 
-def missing(st: SessionState, rec: Any) -> list[str]:
-    """The parts a record read from the store references that this worker does not hold."""
+def held(st: SessionState, rec: Any) -> tuple[dict[str, Any], list[str]]:
+    """The parts a record read from the store names that this worker holds (copied: a
+    write of another thread may forget them before the record is loaded), and the names
+    of those it does not."""
     if not isinstance(rec, str) or '"P":' not in rec:
-        return []
+        return {}, []
     try:
-        return [n for n in _record_parts.needed(_parsed(rec)) if n not in st.parts]
+        names = _record_parts.needed(_parsed(rec))
     except (KeyError, TypeError, ValueError):
-        return []  # unreadable: ``load`` says so
+        return {}, []  # unreadable: ``load`` says so
+    found = {n: p for n in names if (p := st.parts.get(n)) is not None}
+    return found, [n for n in names if n not in found]
 
 
-def load(st: SessionState, rec: Any, now: float, floor: int | None = None) -> None:
+def load(
+    st: SessionState, rec: Any, now: float, floor: int | None = None, parts: Any = None
+) -> None:
     """Make the local state the record's (None: a run seen for the first time, or expired).
     A record this version cannot read starts the run afresh; the next swap replaces it.
 
@@ -99,21 +105,19 @@ def load(st: SessionState, rec: Any, now: float, floor: int | None = None) -> No
     try:
         if rec is not None and not isinstance(rec, str):
             raise TypeError(f"a session record is a JSON text, not {type(rec).__name__}")
-        _load(st, rec, now, st.version if floor is None else floor)
+        if parts:
+            st.parts.update(parts)
+        _load(st, rec, now, st.version if floor is None else floor, parts)
     except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
         log.warning("unreadable session record (%s): %s", st.session_id, scrub(describe(exc)))
         _load(st, None, now, st.version)
         st.remote = rec
 
 
-def _load(st: SessionState, text: str | None, now: float, floor: int) -> None:
+def _load(st: SessionState, text: str | None, now: float, floor: int, parts: Any = None) -> None:
     rec: Any = None if text is None else orjson.loads(text)
-    if rec is not None and not _record_parts.join(rec, st.parts):
-        log.warning(
-            "session record (%s): some detector steps are no longer in the store; the "
-            "detectors go on without them",
-            st.session_id,
-        )
+    if rec is not None:  # a part not read (gone: ``_shared`` says so): its steps left out
+        _record_parts.join(rec, parts or st.parts)
     if rec is not None:
         version = rec.get("ver", 0)  # absent from records of older versions
         if type(version) is not int:

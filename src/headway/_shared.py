@@ -48,7 +48,7 @@ from ._effects import Blocking, Plan, Sleep, Wait, drive_sync
 from ._epochs import trip
 from ._record_parts import Written, parse_part
 from ._redact import scrub
-from ._session_record import STOPS, dump, load, missing
+from ._session_record import STOPS, dump, held, load
 from ._steps import check_stop, take
 from .errors import LoopDetected, Stop
 from .idempotency import flush, with_rider
@@ -113,6 +113,7 @@ def _update(
     split = in_one_trip(store)  # a head and parts (``_record_parts``): a batch writes them
     for round_ in range(rounds):
         current: Any = _UNREAD
+        parts_read: dict[str, Any] | None = None
         with st.lock:
             expected = st.remote
             before = st.epoch, st.stop, dict(st.unknown_writes), dict(st.unknown_steps)
@@ -137,6 +138,7 @@ def _update(
             return result
         # the part it adds and the parts it drops, written only if the record is
         parts = _part_ops(w, ttl, durable)
+        mine = "" if w.part is None else w.part[0][len(key) + 1 :]
         # write epochs owed (a write's): published in the same round trip
         carries = (c is not None and c.rider is not None) or (
             expected is not None and (in_one_trip(store) or (c is not None and c.guard is not None))
@@ -189,11 +191,16 @@ def _update(
                 ok = yield Blocking(store.swap, (key, expected, new, ttl))
             _epochs.landed(r, rest)
             r = None
+            if not ok:
+                # this write's part was not written, and another worker's write of the
+                # same version may have been: never taken for the store's
+                st.parts.pop(mine, None)
             if not ok and current is _UNREAD:
                 current = yield Blocking(store.get, (key,))
             if not ok:
-                yield from _fetch_parts(ctx, st, current)
+                current, parts_read = yield from _fetch_parts(ctx, st, current)
         except Exception as exc:
+            st.parts.pop(mine, None)  # written or not: read from the store if named
             _epochs.landed(r, None)
             if rounds == 1:
                 _withdraw(ctx, st, expected, exc)
@@ -218,7 +225,7 @@ def _update(
         with st.lock:
             # the record moved on: this change (and any other in flight here) is redone
             # on top of it; each retried change rebuilds its own part
-            load(st, current, ctx.clock())
+            load(st, current, ctx.clock(), parts=parts_read)
         if rounds == 1:
             raise Moved
         if round_ >= 2:  # a hot session: spread the retries out
@@ -236,18 +243,33 @@ def _part_ops(w: Written, ttl: float, durable: bool) -> list[Op]:
     return [op._replace(durable=durable) for op in ops]
 
 
-def _fetch_parts(ctx: Context, st: SessionState, rec: Any) -> Plan[None]:
-    """The parts of a record read from the store that this worker does not hold: read in
-    one round trip (none when this worker wrote them). A part gone meanwhile (the record
-    moved on) is left out: the next swap fails and reads the record again."""
-    names = missing(st, rec)
-    if not names:
-        return
+def _fetch_parts(ctx: Context, st: SessionState, rec: Any) -> Plan[tuple[Any, dict[str, Any]]]:
+    """The record ``rec`` read from the store, and its parts: those this worker holds, and
+    those it does not, read in one more round trip (none when it wrote them) with the
+    record again: when another worker's write moved it on meanwhile (and dropped parts it
+    named), the newer record and its parts, up to a few times (past those, the next swap
+    fails and reads it again). A part gone from an unchanged record is left out."""
     key = ctx.session_key(st.session_id)
-    texts = yield trip(ctx.store, [Op("get", f"{key}:{n}") for n in names])
-    for name, text in zip(names, texts, strict=True):
-        if isinstance(text, str):
-            st.parts[name] = parse_part(text)
+    found: dict[str, Any] = {}
+    for _ in range(3):
+        found, names = held(st, rec)
+        if not names:
+            break
+        ops = [Op("get", f"{key}:{n}") for n in names]
+        *texts, now = yield trip(ctx.store, [*ops, Op("get", key, expected=rec)])
+        for name, text in zip(names, texts, strict=True):
+            if isinstance(text, str):
+                found[name] = parse_part(text)
+        if now is SAME and any(n not in found for n in names):
+            log.warning(
+                "session record (%s): some detector steps are no longer in the store; "
+                "the detectors go on without them",
+                st.session_id,
+            )
+        if now is SAME or now is None:
+            break
+        rec = now
+    return rec, found
 
 
 def _withdraw(ctx: Context, st: SessionState, expected: Any, exc: BaseException) -> NoReturn:
@@ -316,6 +338,7 @@ def refresh(ctx: Context, st: SessionState, c: Call, seen: Any = None) -> Plan[b
     ctx.writes.claim_ahead(ctx, c)  # a keyed write claims in the same round trip
     r = _epochs.ride(ctx, st.epochs)  # write epochs owed: published in the same round trip
     known = st.remote
+    parts_read: dict[str, Any] | None = None
     # the record is sent back only if it is no longer the one this worker knows
     get = Op("get", key, expected=known)
     try:
@@ -335,7 +358,7 @@ def refresh(ctx: Context, st: SessionState, c: Call, seen: Any = None) -> Plan[b
         rec = known
     elif rec is not st.remote:
         try:
-            yield from _fetch_parts(ctx, st, rec)
+            rec, parts_read = yield from _fetch_parts(ctx, st, rec)
         except Exception as exc:  # the call goes on with what this worker knows
             _degrade(st, c, exc, None, None)
             rec = st.remote
@@ -344,7 +367,8 @@ def refresh(ctx: Context, st: SessionState, c: Call, seen: Any = None) -> Plan[b
             # a write of another thread here in flight (or done) meanwhile: the record read
             # may be older than this state, which the next swap checks against the store
             if rec != st.remote and st.turns.quiet_since(entered):
-                load(st, rec, ctx.clock(), floor)  # None: expired meanwhile: starts afresh
+                # None: expired meanwhile: starts afresh
+                load(st, rec, ctx.clock(), floor, parts_read)
             unchanged = seen is not None and st.epoch == seen
             check_stop(ctx, st)
     except Stop:
@@ -369,6 +393,7 @@ def fetch(ctx: Context, st: SessionState) -> None:
     """Read the record when a handle opens (a run other workers may have moved on)."""
     floor = st.version
     known = st.remote
+    parts_read: dict[str, Any] | None = None
     ops = [Op("get", ctx.session_key(st.session_id), expected=known)]
     if st.epochs is not None:  # the write epochs too, in the same round trip
         ops.append(Op("get", st.epochs.key))
@@ -377,7 +402,7 @@ def fetch(ctx: Context, st: SessionState) -> None:
         if rec is SAME:
             rec = known
         elif rec is not None:
-            drive_sync(_fetch_parts(ctx, st, rec), ctx.sleep or time.sleep)
+            rec, parts_read = drive_sync(_fetch_parts(ctx, st, rec), ctx.sleep or time.sleep)
         if epochs:
             st.epochs.seen(epochs[0])
     except Exception as exc:  # reads fail open: the first call tries again
@@ -386,7 +411,7 @@ def fetch(ctx: Context, st: SessionState) -> None:
     with st.lock:
         if rec is not None:
             if rec != st.remote:  # unchanged since this worker's last step: nothing to read
-                load(st, rec, ctx.clock(), floor)
+                load(st, rec, ctx.clock(), floor, parts_read)
             _stop_kept_apart(ctx, st)
         elif st.remote is not None or "*" not in st.generation:
             load(st, None, ctx.clock())  # new, or expired meanwhile: the run starts afresh
