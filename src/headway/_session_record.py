@@ -2,8 +2,9 @@
 
 ``dump`` writes the state the decision core reads (steps, budgets consumed, the stop, the
 cache epochs, the detector windows as bounded excerpts and digests, the unknown writes) as
-one JSON text; ``load`` makes the local state a record's. How and when the record is read
-and swapped is ``_shared``'s.
+one JSON text (on a store with its own ``batch``, a head and parts: ``_record_parts``);
+``load`` makes the local state a record's. How and when the record is read and swapped is
+``_shared``'s.
 """
 
 from __future__ import annotations
@@ -15,12 +16,16 @@ import orjson
 
 from . import _record_parts
 from ._call import describe
-from ._record_parts import Written
+from ._epochs import trip
+from ._record_parts import Written, parse_part
 from ._redact import scrub
 from .budgets import Meter
 from .errors import BudgetExceeded, LoopDetected, Stop
+from .stores._base import SAME, Op
 
 if TYPE_CHECKING:
+    from ._context import Context
+    from ._effects import Plan
     from ._state import SessionState
 
 log = logging.getLogger("headway")
@@ -172,6 +177,43 @@ def _load(st: SessionState, text: str | None, now: float, floor: int, parts: Any
     st.agents.clear()
     for name, snap in rec["agents"].items():
         st.monitor_of(name).restore(snap)
+
+
+def part_ops(w: Written, ttl: float, durable: bool) -> list[Op]:
+    """A record write's part and dropped parts, each performed only if the one before it
+    was (the first: if the record's swap was). A part lives twice the record's TTL."""
+    ops = [] if w.part is None else [Op("set", w.part[0], w.part[1], ttl_s=2 * ttl, only_if=True)]
+    ops += [Op("delete", k, only_if=True) for k in w.dropped]
+    return [op._replace(durable=durable) for op in ops]
+
+
+def read_parts(ctx: Context, st: SessionState, rec: Any) -> Plan[tuple[Any, dict[str, Any]]]:
+    """The record ``rec`` read from the store, and its parts: those this worker holds, and
+    those it does not, read in one more round trip (none when it wrote them) with the
+    record again: when another worker's write moved it on meanwhile (and dropped parts it
+    named), the newer record and its parts, up to a few times (past those, the next swap
+    fails and reads it again). A part gone from an unchanged record is left out."""
+    key = ctx.session_key(st.session_id)
+    found: dict[str, Any] = {}
+    for _ in range(3):
+        found, names = held(st, rec)
+        if not names:
+            break
+        ops = [Op("get", f"{key}:{n}") for n in names]
+        *texts, now = yield trip(ctx.store, [*ops, Op("get", key, expected=rec)])
+        for name, text in zip(names, texts, strict=True):
+            if isinstance(text, str):
+                found[name] = parse_part(text)
+        if now is SAME and any(n not in found for n in names):
+            log.warning(
+                "session record (%s): some detector steps are no longer in the store; "
+                "the detectors go on without them",
+                st.session_id,
+            )
+        if now is SAME or now is None:
+            break
+        rec = now
+    return rec, found
 
 
 def stored(store: Any, key: str) -> Any:

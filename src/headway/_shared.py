@@ -29,6 +29,12 @@ record is read again and the same change is applied to it (the decision core doe
 I/O, so a change can be applied again). The local state is a cache of the record: a
 worker that wrote the record last needs no read before its next swap.
 
+On a store with its own ``batch`` the record is a head and immutable parts
+(``_record_parts``): a swap sends the head (compared by its digest on the store's server)
+and, only if it succeeds, the write's part and the deletes of the parts it drops; a read
+sends the head this worker knows and gets it back only if it changed, and the parts it
+lacks in one more round trip (none for a worker that wrote them itself).
+
 The store failing mid-session degrades to the local state (flagged in the audit); no
 exception leaves ``call()`` for it. The record's text is ``_session_record``'s; counting
 a step against the budgets is ``_steps``'.
@@ -46,9 +52,8 @@ from . import _epochs
 from ._call import Call, describe
 from ._effects import Blocking, Plan, Sleep, Wait, drive_sync
 from ._epochs import trip
-from ._record_parts import Written, parse_part
 from ._redact import scrub
-from ._session_record import STOPS, dump, held, load
+from ._session_record import STOPS, dump, load, part_ops, read_parts
 from ._steps import check_stop, take
 from .errors import LoopDetected, Stop
 from .idempotency import flush, with_rider
@@ -137,7 +142,7 @@ def _update(
             _degrade(st, c, unwritable, expected, None)
             return result
         # the part it adds and the parts it drops, written only if the record is
-        parts = _part_ops(w, ttl, durable)
+        parts = part_ops(w, ttl, durable)
         mine = "" if w.part is None else w.part[0][len(key) + 1 :]
         # write epochs owed (a write's): published in the same round trip
         carries = (c is not None and c.rider is not None) or (
@@ -198,7 +203,7 @@ def _update(
             if not ok and current is _UNREAD:
                 current = yield Blocking(store.get, (key,))
             if not ok:
-                current, parts_read = yield from _fetch_parts(ctx, st, current)
+                current, parts_read = yield from read_parts(ctx, st, current)
         except Exception as exc:
             st.parts.pop(mine, None)  # written or not: read from the store if named
             _epochs.landed(r, None)
@@ -233,43 +238,6 @@ def _update(
     if c is not None:
         c.flag("session_state_conflict: the shared record kept changing; local state used")
     return result
-
-
-def _part_ops(w: Written, ttl: float, durable: bool) -> list[Op]:
-    """A record write's part and dropped parts, each performed only if the one before it
-    was (the first: if the record's swap was). A part lives twice the record's TTL."""
-    ops = [] if w.part is None else [Op("set", w.part[0], w.part[1], ttl_s=2 * ttl, only_if=True)]
-    ops += [Op("delete", k, only_if=True) for k in w.dropped]
-    return [op._replace(durable=durable) for op in ops]
-
-
-def _fetch_parts(ctx: Context, st: SessionState, rec: Any) -> Plan[tuple[Any, dict[str, Any]]]:
-    """The record ``rec`` read from the store, and its parts: those this worker holds, and
-    those it does not, read in one more round trip (none when it wrote them) with the
-    record again: when another worker's write moved it on meanwhile (and dropped parts it
-    named), the newer record and its parts, up to a few times (past those, the next swap
-    fails and reads it again). A part gone from an unchanged record is left out."""
-    key = ctx.session_key(st.session_id)
-    found: dict[str, Any] = {}
-    for _ in range(3):
-        found, names = held(st, rec)
-        if not names:
-            break
-        ops = [Op("get", f"{key}:{n}") for n in names]
-        *texts, now = yield trip(ctx.store, [*ops, Op("get", key, expected=rec)])
-        for name, text in zip(names, texts, strict=True):
-            if isinstance(text, str):
-                found[name] = parse_part(text)
-        if now is SAME and any(n not in found for n in names):
-            log.warning(
-                "session record (%s): some detector steps are no longer in the store; "
-                "the detectors go on without them",
-                st.session_id,
-            )
-        if now is SAME or now is None:
-            break
-        rec = now
-    return rec, found
 
 
 def _withdraw(ctx: Context, st: SessionState, expected: Any, exc: BaseException) -> NoReturn:
@@ -358,7 +326,7 @@ def refresh(ctx: Context, st: SessionState, c: Call, seen: Any = None) -> Plan[b
         rec = known
     elif rec is not st.remote:
         try:
-            rec, parts_read = yield from _fetch_parts(ctx, st, rec)
+            rec, parts_read = yield from read_parts(ctx, st, rec)
         except Exception as exc:  # the call goes on with what this worker knows
             _degrade(st, c, exc, None, None)
             rec = st.remote
@@ -402,7 +370,7 @@ def fetch(ctx: Context, st: SessionState) -> None:
         if rec is SAME:
             rec = known
         elif rec is not None:
-            rec, parts_read = drive_sync(_fetch_parts(ctx, st, rec), ctx.sleep or time.sleep)
+            rec, parts_read = drive_sync(read_parts(ctx, st, rec), ctx.sleep or time.sleep)
         if epochs:
             st.epochs.seen(epochs[0])
     except Exception as exc:  # reads fail open: the first call tries again
