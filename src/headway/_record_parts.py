@@ -48,8 +48,8 @@ class Part(NamedTuple):
 
 
 class Written(NamedTuple):
-    """A record write: the head's text, the part to write (its name and text), if any, and
-    the parts it no longer needs."""
+    """A record write: the head's text, the part to write (its key and text), if any, and
+    the keys of the parts it no longer needs."""
 
     head: str
     part: tuple[str, str] | None
@@ -120,7 +120,7 @@ def parse_part(text: str) -> Part:
     )
 
 
-def _part_text(part: Part) -> str:
+def part_text(part: Part) -> str:
     items = [[a, f, orjson.Fragment("[" + ",".join(xs) + "]")] for (a, f), xs in part.items.items()]
     return orjson.dumps({"t": part.t, "r": [list(p) for p in part.resets], "i": items}).decode()
 
@@ -174,39 +174,57 @@ def _dropped_front(old: list[str], new: list[str]) -> int | None:
     return d if new[:keep] == old[d:] else None
 
 
+class Layout(NamedTuple):
+    """A head's parts, decoded: its token, its parts' versions, each list's skip, and the
+    lists they make (JSON texts)."""
+
+    token: str
+    versions: list[int]
+    skips: dict[ListPath, int]
+    lists: dict[ListPath, list[str]]
+
+    def names(self) -> list[str]:
+        return [f"{self.token}:{v}" for v in self.versions]
+
+
+def layout_of(rec: Any, parts: dict[str, Part]) -> Layout | None:
+    """A head's layout (None: a record kept whole or unreadable, or a part not held)."""
+    try:
+        p = layout(rec)
+        lists = None if p is None else lists_of(p, parts)
+        if p is None or lists is None:
+            return None
+        return Layout(p["id"], versions(p), {(a, f): s for a, f, s in p["k"]}, lists)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def split(
     rec: dict[str, Any],
     lists: dict[ListPath, list[str]],
-    prev: Any,
+    old: Layout | None,
     parts: dict[str, Part],
     version: int,
     now: float,
     ttl_s: float,
-    session_key: str,
-) -> tuple[dict[str, Any], tuple[str, str, Part] | None, list[str]]:
-    """The head replacing ``prev`` (the record as last known here), the part it adds (its
-    name, text and content) and the parts it drops."""
-    try:
-        p = layout(prev)
-        old = None if p is None else lists_of(p, parts)
-        named = [] if p is None else versions(p)
-    except (KeyError, TypeError, ValueError):  # unreadable (``load`` said so): replaced
-        p, old, named = None, None, []
-    if p is not None and old is not None:
-        oldest = parts[f"{p['id']}:{named[0]}"].t if named else now
+) -> tuple[dict[str, Any], Part | None, list[int], Layout]:
+    """The head replacing the one ``old`` decodes (None: a record kept whole, or to be
+    written again whole), the part it adds (held in ``parts`` under its name), the
+    versions of the parts it drops, and its own layout."""
+    dropped: list[int] = []
+    if old is not None:
+        oldest = parts[f"{old.token}:{old.versions[0]}"].t if old.versions else now
         most = max(_MAX_PARTS, 2 * max(map(len, lists.values()), default=0))
-        if len(named) >= most or oldest < now - ttl_s / 2:
-            old = None  # written again whole: see the module's docstring
-    token = secrets.token_hex(4) if p is None else p["id"]
-    dropped: list[str] = []
-    if p is not None and old is None:  # none of them is referenced any more
-        dropped = [part_key(session_key, token, v) for v in named]
-    kept: list[int] = [] if old is None else named
-    skips = {} if old is None else {(a, f): s for a, f, s in p["k"]}  # type: ignore[index]
+        if len(old.versions) >= most or oldest < now - ttl_s / 2:
+            dropped = list(old.versions)  # written again whole: none is named any more
+            old = Layout(old.token, [], {}, {})
+    token = secrets.token_hex(4) if old is None else old.token
+    kept: list[int] = [] if old is None else list(old.versions)
+    skips = {} if old is None else dict(old.skips)
     resets: set[ListPath] = set()
     new_items: dict[ListPath, list[str]] = {}
     for path, items in lists.items():
-        before = None if old is None else old.get(path)
+        before = None if old is None else old.lists.get(path)
         d = None if before is None else _dropped_front(before, items)
         if d is None or before is None:
             resets.add(path)
@@ -217,40 +235,43 @@ def split(
         skips[path] += d
         if len(items) > len(before) - d:
             new_items[path] = items[len(before) - d :]
-    for path in list(skips):
-        if path not in lists:
-            del skips[path]  # an agent no longer kept
+    for path in [q for q in skips if q not in lists]:
+        del skips[path]  # an agent no longer kept
     part = None
     if resets or new_items:
-        content = Part(now, frozenset(resets), new_items)
-        name = f"{token}:{version}"
-        parts[name] = content
+        part = parts[f"{token}:{version}"] = Part(now, frozenset(resets), new_items)
         kept.append(version)
-        part = (part_key(session_key, token, version), _part_text(content), content)
-    while kept:  # the front part goes once all its items have left every list
-        front = parts[f"{token}:{kept[0]}"]
-        later = [parts[f"{token}:{v}"] for v in kept[1:]]
-        counts = {}
+    held = [parts[f"{token}:{v}"] for v in kept]
+    # each list's start: the last part that resets it (the parts before give it nothing)
+    starts = dict.fromkeys(skips, 0)
+    for i, q in enumerate(held):
+        for path in q.resets:
+            if path in starts:
+                starts[path] = i
+    while held:  # the front part goes once all its items have left every list
+        front, counts = held[0], {}
         for path, skip in skips.items():
-            if any(path in q.resets for q in later):
-                continue  # restarted in a later part: this one gives it nothing
-            n = len(front.items.get(path, ()))
-            if n > skip:
-                break
-            counts[path] = n
+            if starts[path] == 0:
+                n = len(front.items.get(path, ()))
+                if n > skip:
+                    break
+                counts[path] = n
         else:
             for path, n in counts.items():
                 skips[path] -= n
-            dropped.append(part_key(session_key, token, kept.pop(0)))
+            for path in starts:
+                starts[path] = max(0, starts[path] - 1)
+            held.pop(0)
+            dropped.append(kept.pop(0))
             continue
         break
     head = dict(rec)
     head["P"] = {"id": token, "v": _runs(kept), "k": [[a, f, s] for (a, f), s in skips.items()]}
-    return head, None if part is None else part, dropped
+    return head, part, dropped, Layout(token, kept, skips, lists)
 
 
-def prune(parts: dict[str, Part], *heads: Any) -> None:
+def prune(parts: dict[str, Part], *layouts: Layout | None) -> None:
     """Keep only the parts these heads reference."""
-    keep = {name for h in heads for name in needed(h)}
+    keep = {name for lay in layouts if lay is not None for name in lay.names()}
     for name in [n for n in parts if n not in keep]:
         del parts[name]

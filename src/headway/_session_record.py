@@ -67,14 +67,30 @@ def dump(st: SessionState, now: float, parts: tuple[str, float] | None = None) -
     texts: dict[str | None, list[str]] = {None: [o._json or "" for o in st.monitor.window]}
     texts.update((name, [o._json or "" for o in mon.window]) for name, mon in agents)
     lists = _record_parts.take_lists(record, texts)
-    prev = _parsed(st.remote)
     key, ttl = parts
-    head, part, dropped = _record_parts.split(
-        record, lists, prev, st.parts, st.version + 1, now, ttl, key
-    )
+    held = st.layout  # the head this worker wrote last, decoded: most often the one replaced
+    gone: list[str] = []
+    if held is not None and held[0] is st.remote:
+        old = held[1]
+    else:
+        prev = _parsed(st.remote)
+        old = _record_parts.layout_of(prev, st.parts)
+        if old is None:  # kept whole, or a part not held: written again whole
+            try:
+                gone = _record_parts.needed(prev)
+            except (KeyError, TypeError, ValueError):
+                gone = []
+    version = st.version + 1
+    head, part, dropped, new = _record_parts.split(record, lists, old, st.parts, version, now, ttl)
     text = orjson.dumps(head).decode()
-    _record_parts.prune(st.parts, prev, head)
-    return Written(text, None if part is None else part[:2], dropped)
+    st.layout = (text, new)
+    _record_parts.prune(st.parts, old, new)
+    pk = _record_parts.part_key
+    return Written(
+        text,
+        None if part is None else (pk(key, new.token, version), _record_parts.part_text(part)),
+        [f"{key}:{n}" for n in gone] + [pk(key, new.token, v) for v in dropped],
+    )
 
 
 def _parsed(text: Any) -> Any:
