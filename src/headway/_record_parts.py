@@ -182,6 +182,7 @@ class Layout(NamedTuple):
     versions: list[int]
     skips: dict[ListPath, int]
     lists: dict[ListPath, list[str]]
+    held: list[Part]  # the parts, in the order of ``versions``
 
     def names(self) -> list[str]:
         return [f"{self.token}:{v}" for v in self.versions]
@@ -194,7 +195,9 @@ def layout_of(rec: Any, parts: dict[str, Part]) -> Layout | None:
         lists = None if p is None else lists_of(p, parts)
         if p is None or lists is None:
             return None
-        return Layout(p["id"], versions(p), {(a, f): s for a, f, s in p["k"]}, lists)
+        vs = versions(p)
+        held = [parts[f"{p['id']}:{v}"] for v in vs]
+        return Layout(p["id"], vs, {(a, f): s for a, f, s in p["k"]}, lists, held)
     except (KeyError, TypeError, ValueError):
         return None
 
@@ -213,13 +216,14 @@ def split(
     versions of the parts it drops, and its own layout."""
     dropped: list[int] = []
     if old is not None:
-        oldest = parts[f"{old.token}:{old.versions[0]}"].t if old.versions else now
+        oldest = old.held[0].t if old.held else now
         most = max(_MAX_PARTS, 2 * max(map(len, lists.values()), default=0))
         if len(old.versions) >= most or oldest < now - ttl_s / 2:
             dropped = list(old.versions)  # written again whole: none is named any more
-            old = Layout(old.token, [], {}, {})
+            old = Layout(old.token, [], {}, {}, [])
     token = secrets.token_hex(4) if old is None else old.token
     kept: list[int] = [] if old is None else list(old.versions)
+    held: list[Part] = [] if old is None else list(old.held)
     skips = {} if old is None else dict(old.skips)
     resets: set[ListPath] = set()
     new_items: dict[ListPath, list[str]] = {}
@@ -241,7 +245,7 @@ def split(
     if resets or new_items:
         part = parts[f"{token}:{version}"] = Part(now, frozenset(resets), new_items)
         kept.append(version)
-    held = [parts[f"{token}:{v}"] for v in kept]
+        held.append(part)
     # each list's start: the last part that resets it (the parts before give it nothing)
     starts = dict.fromkeys(skips, 0)
     for i, q in enumerate(held):
@@ -267,11 +271,14 @@ def split(
         break
     head = dict(rec)
     head["P"] = {"id": token, "v": _runs(kept), "k": [[a, f, s] for (a, f), s in skips.items()]}
-    return head, part, dropped, Layout(token, kept, skips, lists)
+    return head, part, dropped, Layout(token, kept, skips, lists, held)
 
 
 def prune(parts: dict[str, Part], *layouts: Layout | None) -> None:
-    """Keep only the parts these heads reference."""
-    keep = {name for lay in layouts if lay is not None for name in lay.names()}
+    """Keep only the parts these heads reference (once a few more are held)."""
+    named = [lay for lay in layouts if lay is not None]
+    if len(parts) <= sum(len(lay.versions) for lay in named) + 8:
+        return
+    keep = {name for lay in named for name in lay.names()}
     for name in [n for n in parts if n not in keep]:
         del parts[name]

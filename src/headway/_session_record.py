@@ -147,6 +147,9 @@ def _load(st: SessionState, text: str | None, now: float, floor: int, parts: Any
             return  # read before a newer write of this process landed: nothing to learn
         if version < st.version:  # an older copy restored: the next swap replaces it
             st.remote = text
+            # parts held here may share names with the restored run's: read them again
+            st.parts.clear()
+            st.parts.update(parts or {})
             log.warning(
                 "session record rolled back (%s): version %d, older than version %d seen "
                 "here; this worker's state is kept",
