@@ -2,8 +2,9 @@
 
 ``dump`` writes the state the decision core reads (steps, budgets consumed, the stop, the
 cache epochs, the detector windows as bounded excerpts and digests, the unknown writes) as
-one JSON text; ``load`` makes the local state a record's. How and when the record is read
-and swapped is ``_shared``'s.
+one JSON text (on a store with its own ``batch``, a head and parts: ``_record_parts``);
+``load`` makes the local state a record's. How and when the record is read and swapped is
+``_shared``'s.
 """
 
 from __future__ import annotations
@@ -13,12 +14,18 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from . import _record_parts
 from ._call import describe
+from ._epochs import trip
+from ._record_parts import Written, parse_part
 from ._redact import scrub
 from .budgets import Meter
 from .errors import BudgetExceeded, LoopDetected, Stop
+from .stores._base import SAME, Op
 
 if TYPE_CHECKING:
+    from ._context import Context
+    from ._effects import Plan
     from ._state import SessionState
 
 log = logging.getLogger("headway")
@@ -27,11 +34,13 @@ _MAX_AGENTS = 64  # agents whose detector streams the record keeps (the most rec
 STOPS: dict[str, type[Stop]] = {"loop": LoopDetected, "budget": BudgetExceeded}
 
 
-def dump(st: SessionState, now: float) -> str:
+def dump(st: SessionState, now: float, parts: tuple[str, float] | None = None) -> Written:
     """The session record, bounded by the window, not by the length of the run.
 
     Stored as one JSON text (a string value): a swap compares the text this worker wrote
-    or read, never a value encoded again, and the detector steps are encoded once each."""
+    or read, never a value encoded again, and the detector steps are encoded once each.
+    ``parts`` (the record's key and TTL): kept as a head and parts (``_record_parts``),
+    else whole."""
     m = st.meter
     stop = st.stop
     agents = list(st.agents.items())[-_MAX_AGENTS:]
@@ -52,10 +61,62 @@ def dump(st: SessionState, now: float) -> str:
         "mon": st.monitor.snapshot(),
         "agents": {name: mon.snapshot() for name, mon in agents},
     }
-    return orjson.dumps(record).decode()
+    if parts is None:
+        return Written(orjson.dumps(record).decode(), None, [])
+    # the steps as the snapshots encoded them (each once, kept on the step)
+    texts: dict[str | None, list[str]] = {None: [o._json or "" for o in st.monitor.window]}
+    texts.update((name, [o._json or "" for o in mon.window]) for name, mon in agents)
+    lists = _record_parts.take_lists(record, texts)
+    key, ttl = parts
+    held = st.layout  # the head this worker wrote last, decoded: most often the one replaced
+    gone: list[str] = []
+    if held is not None and held[0] is st.remote:
+        old = held[1]
+    else:
+        prev = _parsed(st.remote)
+        old = _record_parts.layout_of(prev, st.parts)
+        if old is None:  # kept whole, or a part not held: written again whole
+            try:
+                gone = _record_parts.needed(prev)
+            except (KeyError, TypeError, ValueError):
+                gone = []
+    version = st.version + 1
+    head, part, dropped, new = _record_parts.split(record, lists, old, st.parts, version, now, ttl)
+    text = orjson.dumps(head).decode()
+    st.layout = (text, new)
+    _record_parts.prune(st.parts, old, new)
+    pk = _record_parts.part_key
+    return Written(
+        text,
+        None if part is None else (pk(key, new.token, version), _record_parts.part_text(part)),
+        [f"{key}:{n}" for n in gone] + [pk(key, new.token, v) for v in dropped],
+    )
 
 
-def load(st: SessionState, rec: Any, now: float, floor: int | None = None) -> None:
+def _parsed(text: Any) -> Any:
+    try:
+        return orjson.loads(text) if isinstance(text, str) else None
+    except orjson.JSONDecodeError:
+        return None
+
+
+def held(st: SessionState, rec: Any) -> tuple[dict[str, Any], list[str]]:
+    """The parts a record read from the store names that this worker holds (copied: a
+    write of another thread may forget them before the record is loaded), and the names
+    of those it does not."""
+    if not isinstance(rec, str) or '"P":' not in rec:
+        return {}, []
+    try:
+        names = _record_parts.needed(_parsed(rec))
+    except (KeyError, TypeError, ValueError):
+        return {}, []  # unreadable: ``load`` says so
+    found = {n: p for n in names if (p := st.parts.get(n)) is not None}
+    return found, [n for n in names if n not in found]
+
+
+def load(
+    st: SessionState, rec: Any, now: float, floor: int | None = None, parts: Any = None
+) -> None:
     """Make the local state the record's (None: a run seen for the first time, or expired).
     A record this version cannot read starts the run afresh; the next swap replaces it.
 
@@ -65,15 +126,19 @@ def load(st: SessionState, rec: Any, now: float, floor: int | None = None) -> No
     try:
         if rec is not None and not isinstance(rec, str):
             raise TypeError(f"a session record is a JSON text, not {type(rec).__name__}")
-        _load(st, rec, now, st.version if floor is None else floor)
+        if parts:
+            st.parts.update(parts)
+        _load(st, rec, now, st.version if floor is None else floor, parts)
     except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
         log.warning("unreadable session record (%s): %s", st.session_id, scrub(describe(exc)))
         _load(st, None, now, st.version)
         st.remote = rec
 
 
-def _load(st: SessionState, text: str | None, now: float, floor: int) -> None:
+def _load(st: SessionState, text: str | None, now: float, floor: int, parts: Any = None) -> None:
     rec: Any = None if text is None else orjson.loads(text)
+    if rec is not None:  # a part not read (gone: ``_shared`` says so): its steps left out
+        _record_parts.join(rec, parts or st.parts)
     if rec is not None:
         version = rec.get("ver", 0)  # absent from records of older versions
         if type(version) is not int:
@@ -82,6 +147,9 @@ def _load(st: SessionState, text: str | None, now: float, floor: int) -> None:
             return  # read before a newer write of this process landed: nothing to learn
         if version < st.version:  # an older copy restored: the next swap replaces it
             st.remote = text
+            # parts held here may share names with the restored run's: read them again
+            st.parts.clear()
+            st.parts.update(parts or {})
             log.warning(
                 "session record rolled back (%s): version %d, older than version %d seen "
                 "here; this worker's state is kept",
@@ -128,3 +196,54 @@ def _load(st: SessionState, text: str | None, now: float, floor: int) -> None:
     st.agents.clear()
     for name, snap in rec["agents"].items():
         st.monitor_of(name).restore(snap)
+
+
+def part_ops(w: Written, ttl: float, durable: bool) -> list[Op]:
+    """A record write's part and dropped parts, each performed only if the one before it
+    was (the first: if the record's swap was). A part lives twice the record's TTL."""
+    ops = [] if w.part is None else [Op("set", w.part[0], w.part[1], ttl_s=2 * ttl, only_if=True)]
+    ops += [Op("delete", k, only_if=True) for k in w.dropped]
+    return [op._replace(durable=durable) for op in ops]
+
+
+def read_parts(ctx: Context, st: SessionState, rec: Any) -> Plan[tuple[Any, dict[str, Any]]]:
+    """The record ``rec`` read from the store, and its parts: those this worker holds, and
+    those it does not, read in one more round trip (none when it wrote them) with the
+    record again: when another worker's write moved it on meanwhile (and dropped parts it
+    named), the newer record and its parts, up to a few times (past those, the next swap
+    fails and reads it again). A part gone from an unchanged record is left out."""
+    key = ctx.session_key(st.session_id)
+    found: dict[str, Any] = {}
+    for _ in range(3):
+        found, names = held(st, rec)
+        if not names:
+            break
+        ops = [Op("get", f"{key}:{n}") for n in names]
+        *texts, now = yield trip(ctx.store, [*ops, Op("get", key, expected=rec)])
+        for name, text in zip(names, texts, strict=True):
+            if isinstance(text, str):
+                found[name] = parse_part(text)
+        if now is SAME and any(n not in found for n in names):
+            log.warning(
+                "session record (%s): some detector steps are no longer in the store; "
+                "the detectors go on without them",
+                st.session_id,
+            )
+        if now is SAME or now is None:
+            break
+        rec = now
+    return rec, found
+
+
+def stored(store: Any, key: str) -> Any:
+    """The session record under ``key`` as a worker reads it, its parts joined (a dict;
+    None when absent): for tests and for looking at a run."""
+    text = store.get(key)
+    rec = _parsed(text)
+    p = _record_parts.layout(rec)
+    if p is not None:
+        names = _record_parts.needed(rec)
+        parts = {n: store.get(f"{key}:{n}") for n in names}
+        held = {n: _record_parts.parse_part(t) for n, t in parts.items() if isinstance(t, str)}
+        _record_parts.join(rec, held)
+    return rec

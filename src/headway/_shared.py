@@ -29,6 +29,12 @@ record is read again and the same change is applied to it (the decision core doe
 I/O, so a change can be applied again). The local state is a cache of the record: a
 worker that wrote the record last needs no read before its next swap.
 
+On a store with its own ``batch`` the record is a head and immutable parts
+(``_record_parts``): a swap sends the head (compared by its digest on the store's server)
+and, only if it succeeds, the write's part and the deletes of the parts it drops; a read
+sends the head this worker knows and gets it back only if it changed, and the parts it
+lacks in one more round trip (none for a worker that wrote them itself).
+
 The store failing mid-session degrades to the local state (flagged in the audit); no
 exception leaves ``call()`` for it. The record's text is ``_session_record``'s; counting
 a step against the budgets is ``_steps``'.
@@ -47,11 +53,11 @@ from ._call import Call, describe
 from ._effects import Blocking, Plan, Sleep, Wait, drive_sync
 from ._epochs import trip
 from ._redact import scrub
-from ._session_record import STOPS, dump, load
+from ._session_record import STOPS, dump, load, part_ops, read_parts
 from ._steps import check_stop, take
 from .errors import LoopDetected, Stop
 from .idempotency import flush, with_rider
-from .stores._base import Op, batch, in_one_trip
+from .stores._base import SAME, Op, batch, in_one_trip
 
 if TYPE_CHECKING:
     from ._context import Context
@@ -109,8 +115,10 @@ def _update(
 ) -> Plan[T]:
     key = ctx.session_key(st.session_id)
     store, ttl = ctx.store, ctx.session_ttl_s
+    split = in_one_trip(store)  # a head and parts (``_record_parts``): a batch writes them
     for round_ in range(rounds):
         current: Any = _UNREAD
+        parts_read: dict[str, Any] | None = None
         with st.lock:
             expected = st.remote
             before = st.epoch, st.stop, dict(st.unknown_writes), dict(st.unknown_steps)
@@ -123,7 +131,8 @@ def _update(
             durable = (st.epoch, st.stop, st.unknown_writes, st.unknown_steps) != before
             written = st.version + 1
             try:
-                new: str | None = dump(st, ctx.clock())
+                w = dump(st, ctx.clock(), (key, ttl) if split else None)
+                new: str | None = w.head
                 st.remote = new  # later changes in this process build on this one
             except (TypeError, ValueError) as exc:  # cannot be written: kept here only
                 new, unwritable = None, exc
@@ -132,6 +141,9 @@ def _update(
                 _withdraw(ctx, st, expected, unwritable)
             _degrade(st, c, unwritable, expected, None)
             return result
+        # the part it adds and the parts it drops, written only if the record is
+        parts = part_ops(w, ttl, durable)
+        mine = "" if w.part is None else w.part[0][len(key) + 1 :]
         # write epochs owed (a write's): published in the same round trip
         carries = (c is not None and c.rider is not None) or (
             expected is not None and (in_one_trip(store) or (c is not None and c.guard is not None))
@@ -139,6 +151,7 @@ def _update(
         r = _epochs.ride(ctx, st.epochs) if carries else None
         extra = r.ops if r is not None else []
         rest: list[Any] = []
+        n = len(parts)
         try:
             if c is not None and c.rider is not None:
                 # with the keyed write's claim or completion; chained to a completion
@@ -149,37 +162,50 @@ def _update(
                     if expected is None
                     else Op("swap", key, new, expected, ttl, durable=durable)
                 )
-                done, current, *rest = yield from with_rider(
-                    ctx, c, [first, Op("get", key, only_if=False), *extra], chained=True
+                done, *rest = yield from with_rider(
+                    ctx, c, [first, *parts, Op("get", key, only_if=False), *extra], chained=True
                 )
+                current, rest = rest[n], rest[n + 1 :]
                 ok = done is True
             elif expected is None:
-                ok = yield Blocking(store.add, (key, new, ttl))
+                if parts:
+                    ok, *_ = yield trip(store, [Op("add", key, new, ttl_s=ttl), *parts])
+                else:
+                    ok = yield Blocking(store.add, (key, new, ttl))
             elif c is not None and c.guard is not None:
                 # a read served from an entry held here: settled only while the write
                 # epochs are still those it was held under (``_epochs``), else ``Moved``
                 guard, c.guard = c.guard, None
                 swap = Op("swap", key, new, expected, ttl, only_if=True, durable=durable)
-                _, done, current, *rest = yield trip(
-                    store, [guard, swap, Op("get", key, only_if=False), *extra]
+                _, done, *rest = yield trip(
+                    store, [guard, swap, *parts, Op("get", key, only_if=False), *extra]
                 )
+                current, rest = rest[n], rest[n + 1 :]
                 ok = done is True
             elif in_one_trip(store):  # the record read back in the same round trip
                 # the store's own method: a SQLite store runs it on the event loop (inline)
                 # (with a rider, above, the idempotency record keeps the batch durable)
                 swap = Op("swap", key, new, expected, ttl, durable=durable)
-                done, current, *rest = yield Blocking(
+                done, *rest = yield Blocking(
                     store.batch,  # type: ignore[attr-defined]  # in_one_trip: it has one
-                    ([swap, Op("get", key, only_if=False), *extra],),
+                    ([swap, *parts, Op("get", key, only_if=False), *extra],),
                 )
+                current, rest = rest[n], rest[n + 1 :]
                 ok = done is True
             else:
                 ok = yield Blocking(store.swap, (key, expected, new, ttl))
             _epochs.landed(r, rest)
             r = None
+            if not ok:
+                # this write's part was not written, and another worker's write of the
+                # same version may have been: never taken for the store's
+                st.parts.pop(mine, None)
             if not ok and current is _UNREAD:
                 current = yield Blocking(store.get, (key,))
+            if not ok:
+                current, parts_read = yield from read_parts(ctx, st, current)
         except Exception as exc:
+            st.parts.pop(mine, None)  # written or not: read from the store if named
             _epochs.landed(r, None)
             if rounds == 1:
                 _withdraw(ctx, st, expected, exc)
@@ -204,7 +230,7 @@ def _update(
         with st.lock:
             # the record moved on: this change (and any other in flight here) is redone
             # on top of it; each retried change rebuilds its own part
-            load(st, current, ctx.clock())
+            load(st, current, ctx.clock(), parts=parts_read)
         if rounds == 1:
             raise Moved
         if round_ >= 2:  # a hot session: spread the retries out
@@ -279,11 +305,15 @@ def refresh(ctx: Context, st: SessionState, c: Call, seen: Any = None) -> Plan[b
     key = ctx.session_key(st.session_id)
     ctx.writes.claim_ahead(ctx, c)  # a keyed write claims in the same round trip
     r = _epochs.ride(ctx, st.epochs)  # write epochs owed: published in the same round trip
+    known = st.remote
+    parts_read: dict[str, Any] | None = None
+    # the record is sent back only if it is no longer the one this worker knows
+    get = Op("get", key, expected=known)
     try:
         if c.rider is not None:
-            rec, *rest = yield from with_rider(ctx, c, [Op("get", key), *(r.ops if r else ())])
-        elif r is not None:
-            rec, *rest = yield trip(ctx.store, [Op("get", key), *r.ops])
+            rec, *rest = yield from with_rider(ctx, c, [get, *(r.ops if r else ())])
+        elif r is not None or known is not None:
+            rec, *rest = yield trip(ctx.store, [get, *(r.ops if r else ())])
         else:
             rec, rest = (yield Blocking(ctx.store.get, (key,))), []
     except Exception as exc:  # the call goes on with what this worker knows
@@ -292,12 +322,21 @@ def refresh(ctx: Context, st: SessionState, c: Call, seen: Any = None) -> Plan[b
         rec = st.remote
     else:
         _epochs.landed(r, rest)
+    if rec is SAME:
+        rec = known
+    elif rec is not st.remote:
+        try:
+            rec, parts_read = yield from read_parts(ctx, st, rec)
+        except Exception as exc:  # the call goes on with what this worker knows
+            _degrade(st, c, exc, None, None)
+            rec = st.remote
     try:
         with st.lock:
             # a write of another thread here in flight (or done) meanwhile: the record read
             # may be older than this state, which the next swap checks against the store
             if rec != st.remote and st.turns.quiet_since(entered):
-                load(st, rec, ctx.clock(), floor)  # None: expired meanwhile: starts afresh
+                # None: expired meanwhile: starts afresh
+                load(st, rec, ctx.clock(), floor, parts_read)
             unchanged = seen is not None and st.epoch == seen
             check_stop(ctx, st)
     except Stop:
@@ -321,11 +360,17 @@ def run_now(ctx: Context, st: SessionState, change: Callable[[], T]) -> T:
 def fetch(ctx: Context, st: SessionState) -> None:
     """Read the record when a handle opens (a run other workers may have moved on)."""
     floor = st.version
-    ops = [Op("get", ctx.session_key(st.session_id))]
+    known = st.remote
+    parts_read: dict[str, Any] | None = None
+    ops = [Op("get", ctx.session_key(st.session_id), expected=known)]
     if st.epochs is not None:  # the write epochs too, in the same round trip
         ops.append(Op("get", st.epochs.key))
     try:
         rec, *epochs = batch(ctx.store, ops)
+        if rec is SAME:
+            rec = known
+        elif rec is not None:
+            rec, parts_read = drive_sync(read_parts(ctx, st, rec), ctx.sleep or time.sleep)
         if epochs:
             st.epochs.seen(epochs[0])
     except Exception as exc:  # reads fail open: the first call tries again
@@ -334,7 +379,7 @@ def fetch(ctx: Context, st: SessionState) -> None:
     with st.lock:
         if rec is not None:
             if rec != st.remote:  # unchanged since this worker's last step: nothing to read
-                load(st, rec, ctx.clock(), floor)
+                load(st, rec, ctx.clock(), floor, parts_read)
             _stop_kept_apart(ctx, st)
         elif st.remote is not None or "*" not in st.generation:
             load(st, None, ctx.clock())  # new, or expired meanwhile: the run starts afresh

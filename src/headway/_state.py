@@ -103,6 +103,9 @@ class SessionState:
     shared: bool = False
     remote: str | None = None
     version: int = 0  # the newest version of the record read or written here (never older)
+    # the record's parts held here (``_record_parts``): name -> part
+    parts: dict[str, Any] = dataclasses.field(default_factory=dict)
+    layout: Any = None  # the head this worker wrote last: (its text, its layout)
     provisional: int | None = None
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
     turns: Turns = dataclasses.field(default_factory=Turns)  # record writes, FIFO

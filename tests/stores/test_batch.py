@@ -9,7 +9,7 @@ import pytest
 
 import headway
 from conftest import present
-from headway.stores._base import Op, batch, one_by_one
+from headway.stores._base import SAME, Op, batch, one_by_one
 from headway.stores._signed import SignedStore
 
 
@@ -123,3 +123,64 @@ def test_a_signed_store_signs_what_a_batch_writes_and_checks_what_it_reads(
     store.set("a:idem:k", {"hmac": "0" * 64, "v": {"s": 2}})  # a forged idempotency record
     with pytest.raises(headway.StoreError, match="integrity"):
         batch(signed, [Op("get", "a:idem:k")])
+
+
+@pytest.mark.parametrize("size", [10, 5_000])  # a long expected value goes as its digest
+def test_a_get_with_the_expected_value_answers_same_instead_of_the_value(
+    store: headway.Store, size: int
+) -> None:
+    text = "x" * size
+    store.set("r", text)
+    results = batch(
+        store,
+        [
+            Op("get", "r", expected=text),
+            Op("get", "r", expected=text + "y"),
+            Op("get", "absent", expected=text),
+        ],
+    )
+    assert results == [SAME, text, None]
+
+
+@pytest.mark.parametrize("size", [10, 5_000])
+def test_a_swap_compares_a_long_expected_value_exactly(store: headway.Store, size: int) -> None:
+    text = "é" * size
+    store.set("r", text)
+    assert not store.swap("r", text[:-1] + "e", "new")  # one character off: no swap
+    assert batch(store, [Op("swap", "r", "new", text[1:] + "e")]) == [False]
+    assert batch(store, [Op("swap", "r", "new", text), Op("get", "r", only_if=False)]) == [
+        True,
+        None,
+    ]
+    assert store.get("r") == "new"
+    store.set("r", text)
+    assert store.swap("r", text, None) and store.get("r") is None
+
+
+def test_a_delete_in_a_batch_removes_its_key_after_the_operation_before(
+    store: headway.Store,
+) -> None:
+    store.set("a", 1)
+    store.set("b", 1)
+    results = batch(
+        store,
+        [
+            Op("swap", "x", 2, 1),  # fails: the delete after it is skipped
+            Op("delete", "a", only_if=True),
+            Op("add", "n", 1),
+            Op("delete", "b", only_if=True),
+            Op("get", "b", only_if=False),  # skipped: the delete succeeded
+        ],
+    )
+    assert results == [False, None, True, True, None]
+    assert store.get("a") == 1 and store.get("b") is None
+
+
+def test_a_signed_store_answers_same_for_an_unchanged_value(store: headway.Store) -> None:
+    signed = SignedStore(store, "secret")
+    signed.set("r", "t" * 500)
+    assert batch(signed, [Op("get", "r", expected="t" * 500), Op("delete", "r")]) == [
+        SAME,
+        True,
+    ]
+    assert signed.get("r") is None

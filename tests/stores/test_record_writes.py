@@ -39,10 +39,11 @@ class Recording:
 
 
 def _record_writes(store: Recording) -> list[bool]:
-    """Whether each write of the session record sent since the last look was durable."""
-    seen = [
-        op.durable for ops in store.batches for op in ops if ":sess:" in op.key and op.name != "get"
-    ]
+    """Whether each write of the session record sent since the last look was durable (its
+    parts, written with it, are written alike)."""
+    writes = [op for ops in store.batches for op in ops if ":sess:" in op.key and op.name != "get"]
+    seen = [op.durable for op in writes if op.key.endswith("}")]
+    assert all(op.durable is seen[-1] for op in writes if not op.key.endswith("}"))
     store.batches.clear()
     return seen
 

@@ -14,6 +14,7 @@ idempotency record's 24 h) is decided by headway with its own injectable clock.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import json.scanner
 from collections.abc import Sequence
@@ -52,8 +53,11 @@ class Store(Protocol):
 
 
 class Op(NamedTuple):
-    """One operation of a ``batch``: ``get``, ``set``, ``add`` or ``swap`` (``value`` None:
-    delete) with that operation's arguments.
+    """One operation of a ``batch``: ``get``, ``set``, ``add``, ``swap`` (``value`` None:
+    delete) or ``delete`` with that operation's arguments.
+
+    A ``get`` with an ``expected`` value returns ``SAME`` when the stored value is that
+    one, instead of sending it back (a network store compares a digest of it).
 
     ``only_if``: performed only when the operation just before it in the batch returned
     True (``True``), or did not (``False``: it failed, or was itself skipped).
@@ -70,6 +74,39 @@ class Op(NamedTuple):
     ttl_s: float | None = None
     only_if: bool | None = None
     durable: bool = True
+
+
+class _Same:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "SAME"
+
+
+#: what a ``get`` with ``expected`` returns when the stored value is still ``expected``
+SAME: Any = _Same()
+
+#: a stored value's reply for ``SAME`` on the wire: never a JSON text
+SAME_TEXT = "="
+
+#: an expected value at least this long is compared by its digest (on the store's server)
+DIGESTED = 128
+
+
+def digest(text: str, algorithm: str) -> str:
+    """The hex digest of a stored text, as a store's server computes it; remembered for the
+    last two long texts (a session record's head is expected again at its next write)."""
+    global _digests
+    memo = _digests
+    for held, alg, hexed in memo:
+        if held is text and alg == algorithm:
+            return hexed
+    hexed = hashlib.new(algorithm, text.encode("utf-8", "surrogatepass")).hexdigest()
+    _digests = (text, algorithm, hexed), memo[0]
+    return hexed
+
+
+_digests: tuple[tuple[Any, str, str], ...] = ((None, "", ""), (None, "", ""))
 
 
 #: the longest idempotency key or session id, in bytes of UTF-8, that every store holds
@@ -121,6 +158,11 @@ def one_by_one(store: Any, ops: Sequence[Op], last: Any = None) -> list[Any]:
             last = None
         elif op.name == "get":
             last = store.get(op.key)
+            if op.expected is not None and last == op.expected:
+                last = SAME
+        elif op.name == "delete":
+            store.delete(op.key)
+            last = True
         elif op.name == "set":
             store.set(op.key, op.value, op.ttl_s)
             last = True

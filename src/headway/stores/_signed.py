@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import StoreError
-from ._base import Op, Store, batch, dumps, in_one_trip
+from ._base import SAME, Op, Store, batch, dumps, in_one_trip
 
 log = logging.getLogger("headway")
 
@@ -87,14 +87,18 @@ class SignedStore:
         return in_one_trip(self.inner)
 
     def batch(self, ops: Sequence[Op]) -> list[Any]:
-        signed = [op if op.name == "get" else self._signed(op) for op in ops]
+        signed = [op if op.name == "delete" else self._signed(op) for op in ops]
         results = batch(self.inner, signed)
         return [
-            self._open(op.key, r) if op.name == "get" else r
+            self._open(op.key, r) if op.name == "get" and r is not SAME else r
             for op, r in zip(ops, results, strict=True)
         ]
 
     def _signed(self, op: Op) -> Op:
+        if op.name == "get":
+            return (
+                op if op.expected is None else op._replace(expected=self._sign(op.key, op.expected))
+            )
         deletes = op.value is None and op.name == "swap"
         return op._replace(
             value=None if deletes else self._sign(op.key, op.value),

@@ -2,7 +2,9 @@
 
 One table; the claim is a single ``INSERT ... ON CONFLICT`` (which takes over only a row
 whose garbage-collection time has passed) and every transition is a single conditional
-``UPDATE`` or ``DELETE``: never check-then-insert.
+``UPDATE`` or ``DELETE``: never check-then-insert. A long expected value (a session
+record's head) is compared by its SHA-256, computed by the server: a swap sends the new
+value only.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import StoreError
-from ._base import Op, dumps, loads
+from ._base import DIGESTED, SAME, SAME_TEXT, Op, digest, dumps, loads
 from ._urls import target
 
 try:
@@ -32,6 +34,15 @@ CREATE TABLE IF NOT EXISTS {_TABLE} (
 _NOW = "extract(epoch from clock_timestamp())"
 _LIVE = f"(gc_at IS NULL OR gc_at > {_NOW})"
 _GC = f"{_NOW} + %s"
+
+
+def _match(expected: Any) -> tuple[str, str]:
+    """The condition that the stored value is ``expected``, and its parameter: a long one
+    compared by its SHA-256, which the server computes (a swap sends the new value only)."""
+    text = dumps(expected)
+    if len(text) < DIGESTED:
+        return "value = %s", text
+    return "encode(sha256(convert_to(value, 'UTF8')), 'hex') = %s", digest(text, "sha256")
 
 
 def _reason(exc: Exception) -> str:
@@ -124,16 +135,17 @@ class PostgresStore:
         return count == 1
 
     def swap(self, key: str, expected: Any, value: Any | None, ttl_s: float | None = None) -> bool:
+        same, old = _match(expected)
         if value is None:
             count, _ = self._run(
-                f"DELETE FROM {_TABLE} WHERE key = %s AND value = %s AND {_LIVE}",
-                (self.prefix + key, dumps(expected)),
+                f"DELETE FROM {_TABLE} WHERE key = %s AND {same} AND {_LIVE}",
+                (self.prefix + key, old),
             )
         else:
             count, _ = self._run(
                 f"UPDATE {_TABLE} SET value = %s, gc_at = {_GC} "
-                f"WHERE key = %s AND value = %s AND {_LIVE}",
-                (dumps(value), ttl_s, self.prefix + key, dumps(expected)),
+                f"WHERE key = %s AND {same} AND {_LIVE}",
+                (dumps(value), ttl_s, self.prefix + key, old),
             )
         return count == 1
 
@@ -149,12 +161,26 @@ class PostgresStore:
             cond = "TRUE" if op.only_if is None else (done if op.only_if else f"NOT {done}")
             key = self.prefix + op.key
             if op.name == "get":
+                shown = "value"
+                if op.expected is not None:  # '=' when the value is still the expected one
+                    same, old = _match(op.expected)
+                    shown = f"CASE WHEN {same} THEN '{SAME_TEXT}' ELSE value END"
+                    params.append(old)
                 parts.append(
-                    f"r{i} AS (SELECT value FROM {_TABLE} WHERE key = %s AND {_LIVE} AND {cond})"
+                    f"r{i} AS (SELECT {shown} AS value FROM {_TABLE} "
+                    f"WHERE key = %s AND {_LIVE} AND {cond})"
                 )
                 params.append(key)
                 outs.append(f"(SELECT value FROM r{i})")
                 done = "FALSE"
+                continue
+            if op.name == "delete":
+                parts.append(
+                    f"r{i} AS (DELETE FROM {_TABLE} WHERE key = %s AND {cond} RETURNING 1)"
+                )
+                params.append(key)
+                done = cond  # done when performed, whether or not the key was there
+                outs.append(f"CASE WHEN {cond} THEN TRUE END")
                 continue
             if op.name in ("set", "add"):
                 taken = (
@@ -169,17 +195,19 @@ class PostgresStore:
                 )
                 params += (key, dumps(op.value), op.ttl_s)
             elif op.name == "swap" and op.value is None:
+                same, old = _match(op.expected)
                 parts.append(
-                    f"r{i} AS (DELETE FROM {_TABLE} WHERE key = %s AND value = %s "
+                    f"r{i} AS (DELETE FROM {_TABLE} WHERE key = %s AND {same} "
                     f"AND {_LIVE} AND {cond} RETURNING 1)"
                 )
-                params += (key, dumps(op.expected))
+                params += (key, old)
             elif op.name == "swap":
+                same, old = _match(op.expected)
                 parts.append(
                     f"r{i} AS (UPDATE {_TABLE} SET value = %s, gc_at = {_GC} WHERE key = %s "
-                    f"AND value = %s AND {_LIVE} AND {cond} RETURNING 1)"
+                    f"AND {same} AND {_LIVE} AND {cond} RETURNING 1)"
                 )
-                params += (dumps(op.value), op.ttl_s, key, dumps(op.expected))
+                params += (dumps(op.value), op.ttl_s, key, old)
             else:
                 raise StoreError(f"unknown store operation {op.name!r}")
             done = f"EXISTS (SELECT 1 FROM r{i})"
@@ -191,7 +219,8 @@ class PostgresStore:
             outs.append("set_config('synchronous_commit', 'off', true)")
         _, row = self._run(f"WITH {', '.join(parts)} SELECT {', '.join(outs)}", tuple(params))
         return [
-            loads(r) if op.name == "get" else r for op, r in zip(ops, row[: len(ops)], strict=True)
+            (SAME if r == SAME_TEXT else loads(r)) if op.name == "get" else r
+            for op, r in zip(ops, row[: len(ops)], strict=True)
         ]
 
     def delete(self, key: str) -> None:

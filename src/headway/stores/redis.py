@@ -1,7 +1,9 @@
 """A store in Redis (redis-py): shared by processes on several machines.
 
 The claim is ``SET NX PX``; compare-and-set is a one-key Lua script (``GET`` compared with
-the expected JSON, then ``SET`` or ``DEL``), so every operation touches one key. headway's
+the expected JSON, then ``SET`` or ``DEL``), so every operation touches one key. A long
+expected value (a session record's head) is sent as its SHA-1 and compared with the
+stored value's, which the server computes: a swap sends the new value only. headway's
 own keys put the session or tool in a ``{hash tag}``. Tested against a single Redis server
 only (not Redis Cluster).
 """
@@ -12,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import ConfigError, StoreError
-from ._base import Op, dumps, loads
+from ._base import DIGESTED, SAME, SAME_TEXT, Op, digest, dumps, loads
 from ._urls import target
 
 try:
@@ -23,7 +25,10 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
 # Every script takes its small arguments first and its values last.
 _SWAP = """
 local current = redis.call('GET', KEYS[1])
-if current ~= ARGV[2] then return 0 end
+if not current then return 0 end
+if string.byte(ARGV[2], 1) == 35 then
+  if redis.sha1hex(current) ~= string.sub(ARGV[2], 2) then return 0 end
+elseif current ~= ARGV[2] then return 0 end
 if ARGV[3] == '' then redis.call('DEL', KEYS[1])
 elseif ARGV[1] == '' then redis.call('SET', KEYS[1], ARGV[3])
 else redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[1]) end
@@ -31,27 +36,46 @@ return 1
 """
 
 
-# ``batch``: KEYS[i] with ARGV[3i-2 .. 3i] = name, condition ('1', '0' or ''), PX ('' for
-# none); then the values, in the operations' order: one for a set or an add, two for a
-# swap (its new value, '' to delete, then its expected one), none for a get. Results: a
-# get's value (nil when absent), 1 or 0 for the others, nil when skipped.
+# ``batch``: ARGV[1] = the number of operations n; operation i is ARGV[4i-2 .. 4i+1] =
+# name, condition ('1', '0' or ''), PX ('' for none), the index of its key in KEYS (each
+# key sent once: a session's record is often read back after its swap); then the values,
+# in the operations' order: one for a set or an add, two for a swap (its new value, '' to
+# delete, then its expected one), one for a get with an expected value ('getx'), none for
+# a get or a delete. An expected value written '#' and
+# a SHA-1 (never a JSON text) is compared with the stored value's digest. Results: a
+# get's value (nil when absent; '=' for a getx whose value is the expected one), 1 or 0
+# for the others, nil when skipped.
 _BATCH = """
-local out, last, data = {}, nil, 3 * #KEYS + 1
-for i = 1, #KEYS do
-  local name, cond, px, r = ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i], 0
+local function same(current, expected)
+  if not current then return false end
+  if string.byte(expected, 1) == 35 then
+    return redis.sha1hex(current) == string.sub(expected, 2)
+  end
+  return current == expected
+end
+local n = tonumber(ARGV[1])
+local out, last, data = {}, nil, 4 * n + 2
+for i = 1, n do
+  local name, cond, px, r = ARGV[4 * i - 2], ARGV[4 * i - 1], ARGV[4 * i], 0
+  local key = KEYS[tonumber(ARGV[4 * i + 1])]
   local value = ARGV[data]
-  if name == 'swap' then data = data + 2 elseif name ~= 'get' then data = data + 1 end
+  if name == 'swap' then data = data + 2
+  elseif name ~= 'get' and name ~= 'del' then data = data + 1 end
   if (cond == '1' and last ~= 1) or (cond == '0' and last == 1) then r = false
-  elseif name == 'get' then r = redis.call('GET', KEYS[i])
+  elseif name == 'get' then r = redis.call('GET', key)
+  elseif name == 'getx' then
+    r = redis.call('GET', key)
+    if same(r, value) then r = '=' end
+  elseif name == 'del' then redis.call('DEL', key); r = 1
   elseif name == 'swap' then
-    if redis.call('GET', KEYS[i]) == ARGV[data - 1] then
-      if value == '' then redis.call('DEL', KEYS[i])
-      elseif px == '' then redis.call('SET', KEYS[i], value)
-      else redis.call('SET', KEYS[i], value, 'PX', px) end
+    if same(redis.call('GET', key), ARGV[data - 1]) then
+      if value == '' then redis.call('DEL', key)
+      elseif px == '' then redis.call('SET', key, value)
+      else redis.call('SET', key, value, 'PX', px) end
       r = 1
     end
   else
-    local args = {'SET', KEYS[i], value}
+    local args = {'SET', key, value}
     if name == 'add' then args[#args + 1] = 'NX' end
     if px ~= '' then args[#args + 1] = 'PX'; args[#args + 1] = px end
     if redis.call(unpack(args)) then r = 1 end
@@ -60,6 +84,12 @@ for i = 1, #KEYS do
 end
 return out
 """
+
+
+def _expected(value: Any) -> str:
+    """An expected value as sent: its text, or '#' and its SHA-1 when it is long."""
+    text = dumps(value)
+    return "#" + digest(text, "sha1") if len(text) >= DIGESTED else text
 
 
 _ONE_WRITE = 1 << 20  # a command up to this size is sent in one socket write
@@ -143,29 +173,37 @@ class RedisStore:
     def swap(self, key: str, expected: Any, value: Any | None, ttl_s: float | None = None) -> bool:
         new = "" if value is None else dumps(value)
         px = _px(ttl_s)
-        args = ["" if px is None else px, dumps(expected), new]
+        args = ["" if px is None else px, _expected(expected), new]
         return bool(self._do(self._swap, keys=[self._k(key)], args=args))
 
     def batch(self, ops: Sequence[Op]) -> list[Any]:
         """Several operations in one script: one round trip (see ``_base.batch``). Their
         keys need not share a hash slot: a single server, not Redis Cluster."""
-        keys: list[str] = []
-        args: list[Any] = []
+        keys: dict[str, int] = {}  # each key once, numbered from 1 as in Lua
+        args: list[Any] = [len(ops)]
         values: list[str] = []
         for op in ops:
             px = _px(op.ttl_s)
-            if op.name == "swap":
-                values += ("" if op.value is None else dumps(op.value), dumps(op.expected))
-            elif op.name in ("set", "add"):
+            name = op.name
+            if name == "swap":
+                values += ("" if op.value is None else dumps(op.value), _expected(op.expected))
+            elif name in ("set", "add"):
                 values.append(dumps(op.value))
-            elif op.name != "get":
+            elif name == "get" and op.expected is not None:
+                name = "getx"
+                values.append(_expected(op.expected))
+            elif name == "delete":
+                name = "del"
+            elif name != "get":
                 raise StoreError(f"unknown store operation {op.name!r}")
             cond = "" if op.only_if is None else ("1" if op.only_if else "0")
-            keys.append(self._k(op.key))
-            args += (op.name, cond, "" if px is None or op.name == "get" else str(px))
-        replies = self._do(self._batch, keys=keys, args=args + values)
+            at = keys.setdefault(self._k(op.key), len(keys) + 1)
+            args += (name, cond, "" if px is None or op.name == "get" else str(px), at)
+        replies = self._do(self._batch, keys=list(keys), args=args + values)
         return [
-            loads(r) if op.name == "get" else (None if r is None else r == 1)
+            (SAME if r == SAME_TEXT else loads(r))
+            if op.name == "get"
+            else (None if r is None else r == 1)
             for op, r in zip(ops, replies, strict=True)
         ]
 

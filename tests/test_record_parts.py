@@ -1,0 +1,190 @@
+"""A shared session's record as a head and parts (``_record_parts``): what a step writes
+and reads, records of earlier versions, and how parts go."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+import headway
+from conftest import present
+from headway._session_record import stored
+from headway.stores._base import Op, batch
+
+
+class Plain:
+    """A store without ``batch``: its sessions' records are kept whole, as earlier versions
+    of headway kept them on every store."""
+
+    def __init__(self, inner: headway.Store) -> None:
+        self.inner, self.blocking = inner, inner.blocking
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "batch":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
+class Recording:
+    """A store that keeps every batch it is sent."""
+
+    def __init__(self, inner: headway.Store) -> None:
+        self.inner, self.blocking = inner, inner.blocking
+        self.batches: list[list[Op]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def batch(self, ops: list[Op]) -> list[Any]:
+        self.batches.append(list(ops))
+        return batch(self.inner, ops)
+
+
+def _gov(store: Any, **options: Any) -> headway.Governor:
+    gov = headway.Governor(store=store, audit=[], no_progress_limit=10**6, **options)
+    gov.register("search", lambda q: f"results for {q}", effect="read")
+    return gov
+
+
+def _parts(path: Path, gov: headway.Governor, run: str) -> dict[str, float]:
+    """The run's parts in the SQLite file: key -> garbage-collection time."""
+    key = gov.session_key(run)
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute(
+            "SELECT key, gc_at FROM headway_kv WHERE key LIKE ?", (key + ":%",)
+        ).fetchall()
+    return dict(rows)
+
+
+def test_a_step_writes_the_head_and_one_part_of_its_own_steps(tmp_path: Path) -> None:
+    store = Recording(headway.SQLiteStore(str(tmp_path / "s.db")))
+    gov = _gov(store)
+    s = gov.session("r")
+    for n in range(40):  # past the window: steps leave it
+        s.call("search", {"q": n})
+    store.batches.clear()
+    s.call("search", {"q": "last"})
+    writes = [op for ops in store.batches for op in ops if op.name != "get"]
+    head, part = writes[0], writes[1]
+    assert head.name == "swap" and head.key == gov.session_key("r")
+    assert part.name == "set" and part.only_if is True and part.ttl_s == 2 * gov.session_ttl_s
+    assert "results for last" in part.value and "results for 39" not in part.value
+    # the part whose steps all left the window goes with it
+    assert [op.name for op in writes[2:]] == ["delete"]
+    assert len(head.value) < 2_000  # the head does not hold the window
+    record = stored(store.inner, gov.session_key("r"))
+    window = record["mon"]["w"]
+    assert len(window) == 32 and window[-1][0] == 40 and window[0][0] == 9
+
+
+def test_parts_are_bounded_by_the_window_and_outlive_the_head(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    gov = _gov(headway.SQLiteStore(str(path)))
+    s = gov.session("r")
+    for n in range(200):
+        s.call("search", {"q": n})
+    parts = _parts(path, gov, "r")
+    with sqlite3.connect(path) as conn:
+        (head_gc,) = conn.execute(
+            "SELECT gc_at FROM headway_kv WHERE key = ?", (gov.session_key("r"),)
+        ).fetchone()
+    assert len(parts) <= 33  # one a step in the window (and the recurrence's), no more
+    assert min(parts.values()) >= head_gc  # none expires before the head that names it
+
+
+def test_a_head_naming_a_part_older_than_half_the_ttl_is_written_in_one_part(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.db"
+    now = [1_000_000.0]
+    gov = _gov(headway.SQLiteStore(str(path)), session_ttl_s=100, clock=lambda: now[0])
+    s = gov.session("r")
+    for n in range(5):
+        s.call("search", {"q": n})
+    assert len(_parts(path, gov, "r")) == 5
+    now[0] += 51
+    s.call("search", {"q": "later"})
+    assert len(_parts(path, gov, "r")) == 1  # every step again, in the one new part
+    assert len(stored(gov.store, gov.session_key("r"))["mon"]["w"]) == 6
+
+
+def test_another_worker_reads_only_the_parts_it_lacks(tmp_path: Path) -> None:
+    store = Recording(headway.SQLiteStore(str(tmp_path / "s.db")))
+    a, b = _gov(store), _gov(store)
+    sa, sb = a.session("r"), b.session("r")
+    for n in range(5):
+        sa.call("search", {"q": n})
+    sb.call("search", {"q": "b"})  # reads a's five parts
+    sa.call("search", {"q": "a"})  # a lacks b's part only
+    sb.call("search", {"q": "b2"})
+    store.batches.clear()
+    sa.call("search", {"q": "a2"})
+    gets = [op.key for ops in store.batches for op in ops if op.name == "get"]
+    parts = [k for k in gets if k != a.session_key("r") and ":sess:" in k]
+    assert len(parts) == 1 and parts[0].endswith(":8")  # b's last write: version 8
+    window = stored(store.inner, a.session_key("r"))["mon"]["w"]
+    assert [step[0] for step in window] == list(range(9))
+
+
+def test_a_record_kept_whole_by_an_earlier_version_still_loads(tmp_path: Path) -> None:
+    db = str(tmp_path / "s.db")
+    old = _gov(Plain(headway.SQLiteStore(db)))  # writes whole records
+    s = old.session("r", budgets=headway.Budgets(tool_calls=5))
+    for n in range(3):
+        s.call("search", {"q": n})
+    text = present(old.store.get(old.session_key("r")))
+    assert len(orjson.loads(text)["mon"]["w"]) == 3 and '"P":' not in text
+    new = _gov(headway.SQLiteStore(db))
+    s2 = new.session("r", budgets=headway.Budgets(tool_calls=5))
+    assert s2.call("search", {"q": 3}).step == 3
+    assert [step[0] for step in stored(new.store, new.session_key("r"))["mon"]["w"]] == [0, 1, 2, 3]
+    s2.call("search", {"q": 4})
+    try:
+        s2.call("search", {"q": 5})
+        raise AssertionError("the budget carried over: the 6th call stops")
+    except headway.BudgetExceeded:
+        pass
+
+
+def test_a_head_read_by_an_earlier_version_has_every_field_and_empty_windows(
+    tmp_path: Path,
+) -> None:
+    gov = _gov(headway.SQLiteStore(str(tmp_path / "s.db")))
+    s = gov.session("r")
+    s.call("search", {"q": 1})
+    head = orjson.loads(present(gov.store.get(gov.session_key("r"))))
+    whole = stored(gov.store, gov.session_key("r"))
+    assert head.keys() - {"P"} == whole.keys() - {"P"}
+    assert head["mon"]["w"] == [] and head["steps"] == 1 and len(whole["mon"]["w"]) == 1
+
+
+def test_a_part_gone_from_the_store_leaves_the_run_going_without_those_steps(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.db"
+    a, b = _gov(headway.SQLiteStore(str(path))), _gov(headway.SQLiteStore(str(path)))
+    for n in range(3):
+        a.session("r").call("search", {"q": n})
+    for key in _parts(path, a, "r"):
+        a.store.delete(key)
+    out = b.session("r").call("search", {"q": 3})
+    assert out.step == 3  # the steps and budgets are the head's: the run goes on
+    assert [step[0] for step in stored(b.store, b.session_key("r"))["mon"]["w"]] == [3]
+
+
+def test_a_worker_whose_write_lost_the_race_reads_the_winners_part_of_that_version(
+    tmp_path: Path,
+) -> None:
+    db = str(tmp_path / "s.db")
+    a, b = _gov(headway.SQLiteStore(db)), _gov(headway.SQLiteStore(db))
+    for gov in (a, b):
+        gov.register("price", lambda sku: {"eur": 3}, effect="read", deterministic=True)
+    sa, sb = a.session("r"), b.session("r")
+    sa.call("price", {"sku": 1})  # a holds the entry: its next read is one swap, unread
+    sb.call("search", {"q": "b"})  # b writes the version a's next write will make too
+    assert sa.call("price", {"sku": 1}).status is headway.Status.CACHED
+    window = stored(a.store, a.session_key("r"))["mon"]["w"]
+    assert [(step[0], step[1]) for step in window] == [(0, "price"), (1, "search"), (2, "price")]
