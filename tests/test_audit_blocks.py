@@ -62,14 +62,14 @@ def test_reading_a_packed_audit_returns_the_records_written_with_their_types() -
 def test_records_read_from_blocks_are_the_records_the_calls_made() -> None:
     kept, audit = Kept(), MemoryAudit()
     gov = headway.Governor(audit=[audit, kept], no_progress_limit=10**9)
-    gov.register("page", lambda n, ä: f"ü{n} " + "p" * (3000 * (n % 2)), effect="read")
-    gov.register("save", lambda n, ä: {"saved": n}, effect="write")
-    gov.register("boom", lambda n, ä: 1 / 0, effect="read", timeout=None)
+    gov.register("page", lambda n, text: f"ü{n} " + "p" * (3000 * (n % 2)), effect="read")
+    gov.register("save", lambda n, text: {"saved": n}, effect="write")
+    gov.register("boom", lambda n, text: 1 / 0, effect="read", timeout=None)
     s = gov.session("run")
     for n in range(3 * BLOCK + 5):
         tool = ("page", "save", "boom")[n % 3]
         key = f"k{n}" if tool == "save" else None
-        s.call(tool, {"n": n, "ä": "\u2603" * n}, idempotency_key=key, call_id=f"c{n}")
+        s.call(tool, {"n": n, "text": "ä\u2603" * n}, idempotency_key=key, call_id=f"c{n}")
         if n == 4:
             kept.records[2]["time"]  # one record read before it is packed: its values
     packed = audit.records("run")
@@ -97,7 +97,7 @@ def test_a_block_marshal_cannot_write_is_kept_whole() -> None:
 
 def test_threads_writing_one_session_lose_and_repeat_no_record() -> None:
     audit = MemoryAudit()
-    seen: list[list[Mapping[str, Any]]] = []
+    seen: list[list[dict[str, Any]]] = []
 
     def write(t: int) -> None:
         for i in range(500):

@@ -83,7 +83,7 @@ def unpack(
     for block, skip in blocks:
         data = block.data
         if isinstance(data, bytes):
-            entries = marshal.loads(data)
+            entries = marshal.loads(data)  # noqa: S302 (bytes this process wrote)
             out.extend(unpacked(e, block.make, session) for e in entries[skip:])
         else:
             out.extend(data[skip:])
