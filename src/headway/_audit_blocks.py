@@ -1,10 +1,10 @@
 """One session's records in ``MemoryAudit``, packed: the newest few kept whole, the older
-ones in blocks of ``BLOCK`` records, each block one deflated ``marshal`` bytes object.
+ones in blocks of ``BLOCK`` records, each block one ``marshal`` bytes object.
 
 The default audit keeps thousands of records per session and a process may hold a
 thousand sessions: a record kept whole is a dozen objects (its snapshot tuple, two
-floats, a digest, texts), about 600 bytes; packed it is 40 to 100 bytes (measured with
-bench/sessions_memory.py's calls: 185 after ``marshal``, half of it after ``zlib``).
+floats, a digest, texts), about 600 bytes; packed it is its values' bytes, 110 to 190
+(bench/sessions_memory.py's calls).
 Reading unpacks them into the same records (``marshal`` keeps types, float bits, key
 order and any text, lone surrogates included). A block that ``marshal`` cannot write
 (a plain record holding some other object) is kept whole.
@@ -17,7 +17,6 @@ twice or not at all.
 from __future__ import annotations
 
 import marshal
-import zlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -86,7 +85,7 @@ def unpack(
     for block, skip in blocks:
         data = block.data
         if isinstance(data, bytes):
-            entries = marshal.loads(zlib.decompress(data))  # noqa: S302 (bytes this process wrote)
+            entries = marshal.loads(data)  # noqa: S302 (bytes this process wrote)
             out.extend(unpacked(e, block.make, session) for e in entries[skip:])
         else:
             out.extend(data[skip:])
@@ -104,7 +103,9 @@ def _pack(records: list[Mapping[str, Any]]) -> _Block:
             makes.add(make)
     if len(makes) <= 1:
         try:
-            data = zlib.compress(marshal.dumps(entries), 1)  # the fastest level: half the bytes
+            # not deflated: zlib's fastest level halves the bytes, but costs 1 us a record,
+            # a tenth of a cache hit (bench/overhead.py); marshal costs half that
+            data = marshal.dumps(entries)
             return _Block(data, next(iter(makes), None), len(records))
         except ValueError:  # an object marshal cannot write: the block is kept whole
             pass
