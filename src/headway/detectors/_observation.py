@@ -15,7 +15,7 @@ from ..similarity import SHORT, Normalizer, normalize, shingles, sketch
 
 Mark = Literal["progress", "no_progress", "waiting", "neutral"]
 TEXT_KEPT = 1500  # characters of a stored step's text: what a correction quotes of it
-DEFLATED = 512  # characters of text from which a step in the window keeps it deflated
+DEFLATED = 1024  # characters of text from which a step in the window keeps it deflated
 CAPPED = 4096  # a normalised result past this is kept as the 2 x 2048 characters shingles read
 NO_UNITS: frozenset[int] = frozenset()
 # steps that count neither as progress nor as no progress (an error may: a repeated one)
