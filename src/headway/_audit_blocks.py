@@ -20,7 +20,7 @@ import marshal
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ._audit_record import packable, unpacked
+from ._audit_record import AuditRecord, packable, unpacked
 
 BLOCK = 16  # records a block holds: marshal's per-call cost is spread over them
 
@@ -97,6 +97,13 @@ def _pack(records: list[Mapping[str, Any]]) -> _Block:
     entries: list[Any] = []
     makes: set[Callable[..., Any]] = set()
     for record in records:
+        if type(record) is AuditRecord:  # the common case inline: no call per record
+            source = record._source  # before _make: a reader clears _make, then _source
+            make = record._make
+            if make is not None and source:
+                entries.append(source)
+                makes.add(make)
+                continue
         entry, make = packable(record)
         entries.append(entry)
         if make is not None:
