@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
+import pytest
 
 import headway
 from headway._spec import make_spec
@@ -294,3 +295,48 @@ def test_a_plug_in_reads_every_window_step_s_text() -> None:
     for i in range(20):
         feed(m, i, f"read_file:{i % 4}", page(i % 4, i // 4))
     assert all(o.text is not None for o in m.window)
+
+
+def test_a_window_step_keeps_a_long_text_deflated_and_reads_it_back_whole() -> None:
+    """Once it is not the last step, a long text is kept deflated; what a detector reads
+    of it (its head, its normalised form) is what the text was, any character kept."""
+    seen = Seen()
+    m = Monitor(limit=10**6, window=8, normalizers=DEFAULT_NORMALIZERS, detectors=[seen])
+    odd = page(5, 0) + "\nnaïve ☃ \U0001f600 lone \ud800 surrogate"
+    texts = [odd, page(1, 0), page(9, 1, lines=120), "short", page(2, 0)]
+    for i, text in enumerate(texts):
+        feed(m, i, f"read_file:{i}", text)
+    steps = list(m.window)
+    assert [type(o._body) for o in steps[:-1]] == [bytes, bytes, bytes, str]
+    for i, text in enumerate(texts[:-1]):
+        assert seen.texts[i] == text[:1500]
+        norm = normalize(text, CONTENT_NORMALIZERS)
+        if len(norm) > 4096:
+            norm = norm[:2048] + "\x00" + norm[-2048:]
+        assert seen.norms[i] == norm, i
+
+
+def test_deflated_window_texts_give_the_same_judgments(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Re-reads of edited files and repeated pages, judged against older (deflated) steps:
+    the same signals, marks and corrections as with every text kept whole."""
+    from headway.detectors import _observation
+
+    def judged() -> list[tuple[Any, ...]]:
+        m = Monitor(limit=10**6, window=16, normalizers=DEFAULT_NORMALIZERS)
+        out = []
+        rng = random.Random(3)
+        for i in range(120):
+            f = rng.randrange(5)
+            text = page(f, rng.randrange(3), lines=rng.choice((20, 40, 90)))
+            obs = m.observation(
+                i, "read_file", f"read_file:{f}", str(f), "read", headway.Status.EXECUTED, text
+            )
+            signals = m.after(SPEC, obs, text, float(i), 10**6)
+            out.append((obs.mark, obs.duplicate, obs.unchanged, repr(signals)))
+        return out
+
+    deflated = judged()
+    monkeypatch.setattr(_observation, "DEFLATED", 10**9)
+    whole = judged()
+    assert deflated == whole
+    assert len({d[3] for d in deflated}) > 1  # the run has judgments that differ

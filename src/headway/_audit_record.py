@@ -80,6 +80,31 @@ class AuditRecord(Mapping[str, Any]):
         return record
 
 
+def packable(record: Mapping[str, Any]) -> tuple[Any, Any]:
+    """What ``marshal`` writes of a record (``_audit_blocks``), and what makes its values:
+    an unread record's snapshot (made when read, as before), a read one's values, a plain
+    record as a dict."""
+    if type(record) is not AuditRecord:
+        return dict(record), None
+    source = record._source  # before _make: a racing reader clears _make, then _source
+    make = record._make
+    if make is not None and source:
+        return source, make
+    record["args"]  # summarised: the values hold only what marshal writes
+    return list(record._values), None
+
+
+def unpacked(entry: Any, make: Any, session: str) -> Mapping[str, Any]:
+    """The record ``packable`` gave ``entry`` for (``make`` as it gave it)."""
+    if type(entry) is tuple:
+        return AuditRecord(make, entry, session)
+    if type(entry) is list:
+        record = AuditRecord(make, (), session)
+        record._make, record._values = None, entry
+        return record
+    return entry  # type: ignore[no-any-return]
+
+
 class _Canonical:
     """Canonical argument text not yet summarised (kept only when short: memory stays bounded)."""
 

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from ._state import SessionState
 
 
+_PLAIN_STATUS = {s: s.value for s in Status}
+_STATUS = {s.value: s for s in Status}
 _WITH_TEXT = frozenset((EXECUTED, REPLAYED, FALLBACK))
 _WITH_VALUE = frozenset((EXECUTED, CACHED, REPLAYED, FALLBACK))
 _DIGEST_NOW = 1024  # characters of a result past which its record keeps only its digest
@@ -244,7 +246,7 @@ def _audit(
         result_size,
         c._digest,
         c.spec.redact_names,
-        c.status,
+        _PLAIN_STATUS[c.status],  # a str, not the enum: the audit packs records (marshal)
         c.executed,
         c.cache_hit,
         c.attempts,
@@ -285,6 +287,7 @@ def _values(source: tuple[Any, ...]) -> list[Any]:
      last_progress, session, rare) = source  # fmt: skip
     (coalesced, idem_key, idem_state, reconcile_s, breaker, would, flags, corrected, agent,
      error_code, stop) = _PLAIN if rare is None else rare  # fmt: skip
+    status = _STATUS[status]
     if result_digest is None and text is not None:
         result_digest, result_size = digest(text), len(text)
     elif type(result_digest) is bytes:

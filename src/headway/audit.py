@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from ._audit_blocks import BLOCK, Blocks, unpack
 from ._audit_record import (
     FIELDS,
     AuditRecord,
@@ -113,15 +114,14 @@ class MemoryAudit:
         if kept is None or sid != self._last:
             kept = self._switch(sid)
         records = kept.records
-        records.append(record)  # records are fresh: no copy
-        if len(records) > kept.fit:
-            # one out for one in, like a full deque: freeing a record frees the call it
-            # holds, ~2 us; many at once free whole memory arenas, dearer still
-            # bench/overhead.py (cache hit): contextlib.suppress cost 5% of a hit here
-            try:  # noqa: SIM105
-                records.popleft()
-            except IndexError:  # another writer took the last one
-                pass
+        recent = records.recent
+        recent.append(record)  # records are fresh: no copy
+        if len(recent) >= BLOCK or records.packed + len(recent) > kept.fit:
+            # a block to pack, or one out for one in (like a full deque): freeing a
+            # record frees the call it holds, ~2 us; many at once free whole memory
+            # arenas, dearer still
+            with self._lock:
+                records.tidy(kept.fit)
         kept.n += 1  # racy, harmless: it only says when to measure
         if kept.n & 63 == 1:
             self._measure(kept, record)
@@ -152,9 +152,7 @@ class MemoryAudit:
         with self._lock:
             kept.avg = size if kept.avg == 0 else (kept.avg * 7 + size) / 8
             kept.fit = fit = max(1, min(self._per_session, int(self._session_bytes // kept.avg)))
-            records = kept.records
-            while len(records) > fit:  # larger records than before: popleft is atomic
-                records.popleft()
+            kept.records.tidy(fit)  # larger records than before: fewer fit
             self._count(kept)
             if self._bytes > self._max_bytes:
                 self._drop_sessions(keep=self._last)
@@ -173,8 +171,13 @@ class MemoryAudit:
 
     def records(self, session_id: str) -> list[dict[str, Any]]:
         kept = self._by_session.get(session_id)
-        held = kept.records.copy() if kept is not None else ()  # copy(): atomic
-        return [r.to_dict() if isinstance(r, AuditRecord) else dict(r) for r in held]
+        if kept is None:
+            return []
+        with self._lock:
+            held = kept.records.snapshot()
+        return [
+            r.to_dict() if isinstance(r, AuditRecord) else dict(r) for r in unpack(held, session_id)
+        ]
 
     def bytes_held(self) -> int:
         """The estimated size of the records held, all sessions (as last measured)."""
@@ -185,7 +188,7 @@ class _Kept:
     __slots__ = ("avg", "bytes", "fit", "n", "records")
 
     def __init__(self, per_session: int) -> None:
-        self.records: collections.deque[Mapping[str, Any]] = collections.deque(maxlen=per_session)
+        self.records = Blocks()
         self.fit = per_session  # records that fit the byte bound, as last measured
         self.n = 0  # records written (approximately: writers race on it)
         self.avg = 0.0  # estimated bytes per record

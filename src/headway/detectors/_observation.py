@@ -4,6 +4,7 @@ it joins the window: memory per session stays bounded whatever the results' size
 from __future__ import annotations
 
 import hashlib
+import zlib
 from array import array
 from collections.abc import Collection
 from typing import Any, Literal
@@ -14,6 +15,7 @@ from ..similarity import SHORT, Normalizer, normalize, shingles, sketch
 
 Mark = Literal["progress", "no_progress", "waiting", "neutral"]
 TEXT_KEPT = 1500  # characters of a stored step's text: what a correction quotes of it
+DEFLATED = 1024  # characters of text from which a step in the window keeps it deflated
 CAPPED = 4096  # a normalised result past this is kept as the 2 x 2048 characters shingles read
 NO_UNITS: frozenset[int] = frozenset()
 # steps that count neither as progress nor as no progress (an error may: a repeated one)
@@ -37,6 +39,7 @@ class Observation:
 
     __slots__ = (
         "_arg_grams",
+        "_body",
         "_derive",
         "_json",
         "_nargs",
@@ -46,7 +49,6 @@ class Observation:
         "_shingles",
         "_size",
         "_sketch",
-        "_text",
         "args",
         "args_id",
         "duplicate",
@@ -92,7 +94,10 @@ class Observation:
         self.value: Any = None  # the call's result, while the step is judged
         # the result compared without its volatile parts, when they are there (else nkey)
         self.vkey: str | None = None
-        self._text, self._size = text, -1  # _size: the text's length once only its head is read
+        # the text, deflated once the step is compacted (``_text`` inflates it); _size: the
+        # text's length once only its head is read
+        self._body: str | bytes | None = text
+        self._size = -1
         self._norm, self.nlen = norm, -1 if norm is None else len(norm)
         self._derive: tuple[Normalizer, ...] | None = None  # norm = normalize(text, _derive)
         # similarity sets, built lazily: the 5-gram sets live only while the step is judged
@@ -124,6 +129,18 @@ class Observation:
     def text(self, value: str | None) -> None:
         self._norm = self.norm  # no longer rebuilt from the text
         self._text, self._size, self._derive = value, -1, None
+
+    @property
+    def _text(self) -> str | None:
+        """The text kept (whole, or its head), inflated if it was deflated."""
+        body = self._body
+        if type(body) is bytes:
+            return zlib.decompress(body).decode("utf-8", "surrogatepass")
+        return body  # type: ignore[return-value]
+
+    @_text.setter
+    def _text(self, value: str | None) -> None:
+        self._body = value
 
     @property
     def norm(self) -> str | None:
@@ -215,10 +232,16 @@ class Observation:
         self._size = -1
 
     def _compact(self) -> None:
-        """Drop a normalised result that the text rebuilds (done one step after
-        ``_settle``: a session record stores the last step with it)."""
+        """Drop a normalised result that the text rebuilds, and deflate a long text (done
+        one step after ``_settle``: a session record stores the last step with it, and the
+        last step is the one compared most)."""
         if self._derive is not None:
             self._norm = None
+        body = self._body
+        if type(body) is str and len(body) >= DEFLATED:
+            # read again only when a later result is like this one: a third of the memory
+            # for a few us (zlib's fastest level: the texts read again are few)
+            self._body = zlib.compress(body.encode("utf-8", "surrogatepass"), 1)
 
 
 def sha(text: str) -> str:

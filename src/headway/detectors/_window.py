@@ -247,7 +247,7 @@ class Window(Sequence[Observation]):
             n = seen[o.tool] = seen.get(o.tool, 0) + 1
             if (
                 n > CANDIDATES
-                and o._text is not None
+                and o._body is not None  # not _text: no need to inflate it
                 and o.nlen >= SHORT
                 and self.last_of_key.get(o.key) is not o
                 and o is not self.page
