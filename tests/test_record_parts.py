@@ -188,3 +188,29 @@ def test_a_worker_whose_write_lost_the_race_reads_the_winners_part_of_that_versi
     assert sa.call("price", {"sku": 1}).status is headway.Status.CACHED
     window = stored(a.store, a.session_key("r"))["mon"]["w"]
     assert [(step[0], step[1]) for step in window] == [(0, "price"), (1, "search"), (2, "price")]
+
+
+
+def test_a_worker_reading_a_hot_record_never_writes_its_steps_away(tmp_path: Path) -> None:
+    db = str(tmp_path / "s.db")
+    a = _gov(headway.SQLiteStore(db))
+    sa = a.session("r")
+
+    class Hot(Recording):
+        """Another worker writes a step before each of the first three reads of parts."""
+
+        moves = 3
+
+        def batch(self, ops: list[Op]) -> list[Any]:
+            last = ops[-1]
+            if self.moves and len(ops) > 1 and last.name == "get" and last.expected is not None:
+                self.moves -= 1
+                sa.call("search", {"q": f"a{self.moves}"})
+            return super().batch(ops)
+
+    b = _gov(Hot(headway.SQLiteStore(db)))
+    sa.call("search", {"q": "first"})
+    sb = b.session("r")
+    sb.call("search", {"q": "b"})
+    window = stored(a.store, a.session_key("r"))["mon"]["w"]
+    assert len(window) == stored(a.store, a.session_key("r"))["steps"]

@@ -214,7 +214,7 @@ def read_parts(ctx: Context, st: SessionState, rec: Any) -> Plan[tuple[Any, dict
     fails and reads it again). A part gone from an unchanged record is left out."""
     key = ctx.session_key(st.session_id)
     found: dict[str, Any] = {}
-    for _ in range(3):
+    for attempt in range(3):
         found, names = held(st, rec)
         if not names:
             break
@@ -229,8 +229,8 @@ def read_parts(ctx: Context, st: SessionState, rec: Any) -> Plan[tuple[Any, dict
                 "the detectors go on without them",
                 st.session_id,
             )
-        if now is SAME or now is None:
-            break
+        if now is SAME or now is None or attempt == 2:
+            break  # past the last try: the record whose parts were read (no longer stored)
         rec = now
     return rec, found
 
