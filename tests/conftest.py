@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 import headway
+from headway.stores._base import Op, batch
 from headway.testing import FakeClock
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -174,3 +175,18 @@ def _purge_store(store: headway.Store) -> None:
     if isinstance(url, str) and isinstance(prefix, str):
         with contextlib.suppress(Exception):
             purge_prefix(url, prefix)
+
+
+class Recording:
+    """A store that keeps every batch it is sent."""
+
+    def __init__(self, inner: headway.Store) -> None:
+        self.inner, self.blocking = inner, inner.blocking
+        self.batches: list[list[Op]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def batch(self, ops: list[Op]) -> list[Any]:
+        self.batches.append(list(ops))
+        return batch(self.inner, ops)

@@ -11,9 +11,9 @@ import orjson
 import pytest
 
 import headway
-from conftest import present
+from conftest import Recording, present
 from headway._session_record import stored
-from headway.stores._base import Op, batch
+from headway.stores._base import Op
 
 
 class Plain:
@@ -27,21 +27,6 @@ class Plain:
         if name == "batch":
             raise AttributeError(name)
         return getattr(self.inner, name)
-
-
-class Recording:
-    """A store that keeps every batch it is sent."""
-
-    def __init__(self, inner: headway.Store) -> None:
-        self.inner, self.blocking = inner, inner.blocking
-        self.batches: list[list[Op]] = []
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def batch(self, ops: list[Op]) -> list[Any]:
-        self.batches.append(list(ops))
-        return batch(self.inner, ops)
 
 
 def _gov(store: Any, **options: Any) -> headway.Governor:

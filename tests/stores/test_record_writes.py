@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as hs
 
 import headway
-from conftest import make_store
+from conftest import Recording, make_store
 from headway.stores._base import Op, batch, dumps, loads
 
 SHARED = [
@@ -21,21 +21,6 @@ SHARED = [
     pytest.param("redis", marks=pytest.mark.redis),
     pytest.param("postgres", marks=pytest.mark.postgres),
 ]
-
-
-class Recording:
-    """A store that keeps every batch it is sent."""
-
-    def __init__(self, inner: headway.Store) -> None:
-        self.inner, self.blocking = inner, inner.blocking
-        self.batches: list[list[Op]] = []
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def batch(self, ops: list[Op]) -> list[Any]:
-        self.batches.append(list(ops))
-        return batch(self.inner, ops)
 
 
 def _record_writes(store: Recording) -> list[bool]:
