@@ -381,3 +381,34 @@ def test_the_audit_table_keeps_no_autoincrement_counter_and_an_old_table_still_w
         tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master")}
     # no sqlite_sequence: no counter page written with every commit
     assert tables == {"headway_audit", "headway_audit_session"}
+
+
+def test_a_new_store_opens_while_another_process_writes_the_file_in_rollback_mode(
+    tmp_path: Path,
+) -> None:
+    # SQLite refuses the switch to WAL at once (no busy wait) while another connection
+    # holds a lock on a file still in rollback mode: processes of a fleet that open a new
+    # store together must wait their turn, not fail to start
+    db = tmp_path / "new.db"
+    hold = textwrap.dedent(
+        """
+        import sqlite3, sys, time
+        conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+        conn.execute("CREATE TABLE t (a)")
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("INSERT INTO t VALUES (1)")
+        print("locked", flush=True)
+        time.sleep(0.4)
+        conn.execute("COMMIT")
+        """
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", hold, str(db)], stdout=subprocess.PIPE, text=True
+    ) as proc:
+        assert proc.stdout is not None and proc.stdout.readline() == "locked\n"
+        store = headway.SQLiteStore(str(db))
+        proc.wait(30)
+    store.set("k", 1)
+    assert store.get("k") == 1
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import sqlite3
 import threading
 import time
@@ -51,7 +52,7 @@ class SQLiteStore:
                     isolation_level=None,
                     check_same_thread=False,
                 )
-                conn.execute("PRAGMA journal_mode=WAL")
+                _to_wal(conn, 0 if nowait else self._timeout)
                 conn.execute("PRAGMA synchronous=NORMAL")
             except sqlite3.Error as exc:
                 if nowait and _busy(exc):
@@ -165,6 +166,24 @@ class SQLiteStore:
                 conn.close()
             self._conns.clear()
         self._local = threading.local()
+
+
+def _to_wal(conn: sqlite3.Connection, timeout_s: float) -> None:
+    """Switch the file to WAL. SQLite answers BUSY at once, without waiting, while another
+    connection holds a lock on a file still in rollback mode (several processes opening a
+    new store together): try again until ``timeout_s`` has passed."""
+    deadline = time.monotonic() + timeout_s
+    pause = 0.002
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+        except sqlite3.Error as exc:
+            if not _busy(exc) or time.monotonic() + pause > deadline:
+                raise
+        else:
+            return
+        time.sleep(pause * (0.5 + random.random()))
+        pause = min(pause * 2, 0.1)
 
 
 def _busy(exc: sqlite3.Error) -> bool:
