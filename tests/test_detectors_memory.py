@@ -340,3 +340,42 @@ def test_deflated_window_texts_give_the_same_judgments(monkeypatch: pytest.Monke
     whole = judged()
     assert deflated == whole
     assert len({d[3] for d in deflated}) > 1  # the run has judgments that differ
+
+
+def test_a_session_holds_a_tool_s_last_result_only_for_its_own_progress_check() -> None:
+    """Only a tool's own progress check (``progress=``, ``progress_fields=``) compares a
+    result with the tool's last one: the session holds no other tool's result once the
+    call has returned (a read's 2 KB page is the tool's memory, not the session's), and
+    still hands a checked tool's last result to its check."""
+    import weakref
+
+    class Page:  # any object: judged as its text
+        def __init__(self, n: int) -> None:
+            self.n = n
+
+        def __str__(self) -> str:
+            return f"page {self.n}"
+
+    made: list[weakref.ref[Page]] = []
+
+    def read(n: int) -> Page:
+        made.append(weakref.ref(page := Page(n)))
+        return page
+
+    seen: list[int] = []
+
+    def moved(prev: Page, cur: Page) -> bool:
+        seen.append(prev.n)
+        return cur.n > prev.n
+
+    gov = headway.Governor()
+    gov.register("read", read, effect="read")
+    gov.register("poll", read, effect="read", progress=moved)
+    with gov.session("s") as s:
+        s.call("read", {"n": 1})
+        s.call("poll", {"n": 2})
+        assert s.call("poll", {"n": 3}).status is headway.Status.EXECUTED
+        gc.collect()
+        assert made[0]() is None  # the read's result: let go
+        assert made[2]() is not None  # the checked tool's last result: kept for its check
+        assert seen == [2]  # handed to the check beside the next result

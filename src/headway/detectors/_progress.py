@@ -31,7 +31,8 @@ class ProgressMark:
             step.mark = "neutral"
         else:
             step.mark = _mark(step, spec, window)
-            if status is EXECUTED:
+            if status is EXECUTED and (spec.progress is not None or spec.progress_fields):
+                # kept only for the tool's own progress check: a result is often large
                 window.last_value[step.tool] = step.value
         if step.mark == "progress" and (spec.progress is not None or spec.progress_fields):
             step.unchanged = False  # the tool's own progress check says it moved on
