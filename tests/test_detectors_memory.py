@@ -252,8 +252,9 @@ def test_a_repeated_call_s_step_shares_the_previous_step_s_texts() -> None:
 
 
 def test_a_window_step_s_packed_hashes_have_no_spare_room() -> None:
-    """Its sketch and content units as arrays of exactly their size (filled from a set, an
-    array grows as it goes: up to 32 bytes more each, two a step)."""
+    """Its content units as an array of exactly their size (filled from a set, an array
+    grows as it goes: up to 32 bytes more), its sketch as bytes, 8 a hash, read back as
+    the hashes of the sketch it was judged with."""
     import sys
     from array import array
 
@@ -261,9 +262,12 @@ def test_a_window_step_s_packed_hashes_have_no_spare_room() -> None:
     for i in range(4):
         feed(m, i, "read_file:a", page(1, i, lines=30))
     o = m.window[0]
-    assert isinstance(o.units, array) and isinstance(o._sketch, array)
-    for packed in (o.units, o._sketch):
-        assert sys.getsizeof(packed) == sys.getsizeof(array(packed.typecode, packed.tolist()))
+    assert isinstance(o.units, array)
+    assert sys.getsizeof(o.units) == sys.getsizeof(array("Q", o.units.tolist()))
+    fresh = Observation(0, "read_file", "k", "k", "read", headway.Status.EXECUTED, norm=o.norm)
+    hashes = fresh.anchors()
+    assert isinstance(o._sketch, bytes) and len(o._sketch) == 8 * len(hashes) > 8 * 16
+    assert sorted(o.anchors(packed=True)) == sorted(hashes)
 
 
 def test_a_step_no_decision_reads_again_keeps_no_text() -> None:
