@@ -115,12 +115,15 @@ class Recurrence:
         page = read and len(text) >= SHORT and not element
         times = 1
         tools, words = self._tools, self._words
-        for i in range(len(tools) - 1, -1, -1):
-            at = i * _WIDTH
-            if words[at + 1] == state and tools[i] == tool and (page or words[at] == target):
-                times += 1
-            elif words[at + 3]:
-                break
+        states = words[1::_WIDTH]
+        if state in states:  # else none of the steps comes up again (a scan in C)
+            # as lists: reading an array's item makes an int object, a list's does not
+            states_, targets_, news = states.tolist(), words[::_WIDTH].tolist(), words[3::_WIDTH]
+            for i in range(len(tools) - 1, -1, -1):
+                if states_[i] == state and tools[i] == tool and (page or targets_[i] == target):
+                    times += 1
+                elif news[i]:  # 0 or 1: no int object made
+                    break
         # new: what the result shows (a page past the line reporting the action: a page
         # navigated to again is not new) was not in the window
         new = fresh_write or body not in words[2::_WIDTH]
