@@ -77,6 +77,22 @@ def test_records_read_from_blocks_are_the_records_the_calls_made() -> None:
     assert _same(packed, [dict(r.items()) | {"flags": list(r["flags"])} for r in kept.records])
 
 
+def test_a_packed_block_is_deflated_and_reads_back_exactly() -> None:
+    """A block keeps its records' values deflated (a session's texts repeat: paths, keys,
+    a page read again): 16 records of one 1 KB text, each with its own end, take less
+    than two of them; reading inflates every record exactly (odd values: the test above)."""
+    audit = MemoryAudit()
+    written = [
+        {"session": "s", "step": i, "text": "a line of a page\n" * 60 + f"ü{i}", "t": i / 3}
+        for i in range(BLOCK)
+    ]
+    for record in written:
+        audit.write(record)
+    (block,) = audit._by_session["s"].records.blocks  # all 16 packed in one block
+    assert isinstance(block.data, bytes) and len(block.data) < 2 * len(written[0]["text"])
+    assert _same(audit.records("s"), written)
+
+
 def test_a_full_session_keeps_exactly_its_newest_records_across_blocks() -> None:
     audit = MemoryAudit(per_session=BLOCK + 3)
     for i in range(4 * BLOCK + 5):

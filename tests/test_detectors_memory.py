@@ -252,8 +252,9 @@ def test_a_repeated_call_s_step_shares_the_previous_step_s_texts() -> None:
 
 
 def test_a_window_step_s_packed_hashes_have_no_spare_room() -> None:
-    """Its sketch and content units as arrays of exactly their size (filled from a set, an
-    array grows as it goes: up to 32 bytes more each, two a step)."""
+    """Its content units as an array of exactly their size (filled from a set, an array
+    grows as it goes: up to 32 bytes more), its sketch as bytes, 8 a hash, read back as
+    the hashes of the sketch it was judged with."""
     import sys
     from array import array
 
@@ -261,9 +262,12 @@ def test_a_window_step_s_packed_hashes_have_no_spare_room() -> None:
     for i in range(4):
         feed(m, i, "read_file:a", page(1, i, lines=30))
     o = m.window[0]
-    assert isinstance(o.units, array) and isinstance(o._sketch, array)
-    for packed in (o.units, o._sketch):
-        assert sys.getsizeof(packed) == sys.getsizeof(array(packed.typecode, packed.tolist()))
+    assert isinstance(o.units, array)
+    assert sys.getsizeof(o.units) == sys.getsizeof(array("Q", o.units.tolist()))
+    fresh = Observation(0, "read_file", "k", "k", "read", headway.Status.EXECUTED, norm=o.norm)
+    hashes = fresh.anchors()
+    assert isinstance(o._sketch, bytes) and len(o._sketch) == 8 * len(hashes) > 8 * 16
+    assert sorted(o.anchors(packed=True)) == sorted(hashes)
 
 
 def test_a_step_no_decision_reads_again_keeps_no_text() -> None:
@@ -340,3 +344,42 @@ def test_deflated_window_texts_give_the_same_judgments(monkeypatch: pytest.Monke
     whole = judged()
     assert deflated == whole
     assert len({d[3] for d in deflated}) > 1  # the run has judgments that differ
+
+
+def test_a_session_holds_a_tool_s_last_result_only_for_its_own_progress_check() -> None:
+    """Only a tool's own progress check (``progress=``, ``progress_fields=``) compares a
+    result with the tool's last one: the session holds no other tool's result once the
+    call has returned (a read's 2 KB page is the tool's memory, not the session's), and
+    still hands a checked tool's last result to its check."""
+    import weakref
+
+    class Page:  # any object: judged as its text
+        def __init__(self, n: int) -> None:
+            self.n = n
+
+        def __str__(self) -> str:
+            return f"page {self.n}"
+
+    made: list[weakref.ref[Page]] = []
+
+    def read(n: int) -> Page:
+        made.append(weakref.ref(page := Page(n)))
+        return page
+
+    seen: list[int] = []
+
+    def moved(prev: Page, cur: Page) -> bool:
+        seen.append(prev.n)
+        return cur.n > prev.n
+
+    gov = headway.Governor()
+    gov.register("read", read, effect="read")
+    gov.register("poll", read, effect="read", progress=moved)
+    with gov.session("s") as s:
+        s.call("read", {"n": 1})
+        s.call("poll", {"n": 2})
+        assert s.call("poll", {"n": 3}).status is headway.Status.EXECUTED
+        gc.collect()
+        assert made[0]() is None  # the read's result: let go
+        assert made[2]() is not None  # the checked tool's last result: kept for its check
+        assert seen == [2]  # handed to the check beside the next result

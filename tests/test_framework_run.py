@@ -206,8 +206,6 @@ def test_an_audit_record_keeps_neither_the_arguments_nor_the_result_objects() ->
     with gov.session("r") as s:
         out = s.call("lookup", args)
         assert out.status is headway.Status.EXECUTED and isinstance(out.value, Result)
-        # the detectors keep each tool's last result (for progress=): a later call of the
-        # tool lets the first one go
         s.call("lookup", {"q": "b"})
     del out, args
     gc.collect()

@@ -262,3 +262,40 @@ def test_typing_the_same_text_again_after_the_page_changed_is_not_corrected() ->
 
     calls = [fill, reload("first"), fill, reload("second"), fill]
     assert corrections(s, calls) == [None] * 5
+
+
+def test_the_recurrence_window_keeps_its_size_s_newest_entries_and_reloads_them_exactly() -> None:
+    """Its entries are packed (a tool, three 64-bit digests, new): the oldest past the
+    window's size goes, a session record's entries come back as they were (digests of
+    all 64 bits, the tool, whether the step was new), and a reloaded window counts the
+    same recurrences as the one it was dumped from."""
+    from headway._recurrence import Recurrence
+
+    page = "Dashboard\n" + "a row of the page\n" * 8
+
+    def look(r: Recurrence, i: int, text: str | None) -> int:
+        return r.observe(
+            "look", f'{{"i":{i}}}', f"id{i}", text, targets=(), read=True, fresh_write=text is None
+        )
+
+    r = Recurrence(3)
+    assert [
+        look(r, 0, "another page\n" * 9),
+        look(r, 1, None),
+        look(r, 2, page),
+        look(r, 3, page),
+    ] == [0, 0, 0, 0]
+    entries = r.dump()
+    assert [e[0] for e in entries] == ["look"] * 3  # the first step left
+    assert [e[4] for e in entries] == [True, True, False]  # a write, a new page, again
+    assert entries[0][2:4] == [0, 0]  # no result: no state, no body
+    assert all(0 < e[1] < 1 << 64 for e in entries) and entries[1][2:4] == entries[2][2:4]
+
+    top = [["t", (1 << 64) - 1, (1 << 64) - 2, (1 << 63) + 5, True]]
+    again = Recurrence(3)
+    again.load(top)
+    assert again.dump() == top
+    again.load(top + entries)  # one more than fits: the oldest goes
+    assert again.dump() == entries
+    # the same page a third time with nothing new since: reloaded or not, it recurs
+    assert look(r, 4, page) == look(again, 4, page) == 3

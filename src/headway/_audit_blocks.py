@@ -1,10 +1,11 @@
 """One session's records in ``MemoryAudit``, packed: the newest few kept whole, the older
-ones in blocks of ``BLOCK`` records, each block one ``marshal`` bytes object.
+ones in blocks of ``BLOCK`` records, each block one ``marshal`` bytes object, deflated.
 
 The default audit keeps thousands of records per session and a process may hold a
 thousand sessions: a record kept whole is a dozen objects (its snapshot tuple, two
 floats, a digest, texts), about 600 bytes; packed it is its values' bytes, 110 to 190
-(bench/sessions_memory.py's calls).
+(bench/sessions_memory.py's calls), deflated about half that (zlib's fastest level, ~1.5 us a
+record paid once: the texts, keys and paths of a session's calls repeat).
 Reading unpacks them into the same records (``marshal`` keeps types, float bits, key
 order and any text, lone surrogates included). A block that ``marshal`` cannot write
 (a plain record holding some other object) is kept whole.
@@ -17,6 +18,7 @@ twice or not at all.
 from __future__ import annotations
 
 import marshal
+import zlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -29,7 +31,7 @@ class _Block:
     __slots__ = ("data", "make", "n", "skip")
 
     def __init__(self, data: bytes | tuple[Mapping[str, Any], ...], make: Any, n: int) -> None:
-        self.data = data  # marshal bytes, or the records themselves when marshal cannot
+        self.data = data  # deflated marshal bytes, or the records themselves if marshal cannot
         self.make = make  # what makes an unread record's values (one per block)
         self.n = n
         self.skip = 0  # its oldest records dropped
@@ -85,7 +87,7 @@ def unpack(
     for block, skip in blocks:
         data = block.data
         if isinstance(data, bytes):
-            entries = marshal.loads(data)  # noqa: S302 (bytes this process wrote)
+            entries = marshal.loads(zlib.decompress(data, -15))  # noqa: S302 (bytes this process wrote)
             out.extend(unpacked(e, block.make, session) for e in entries[skip:])
         else:
             out.extend(data[skip:])
@@ -110,9 +112,8 @@ def _pack(records: list[Mapping[str, Any]]) -> _Block:
             makes.add(make)
     if len(makes) <= 1:
         try:
-            # not deflated: zlib's fastest level halves the bytes, but costs 1 us a record,
-            # a tenth of a cache hit (bench/overhead.py); marshal costs half that
-            data = marshal.dumps(entries)
+            # raw deflate (no header, no checksum: the bytes never leave this process)
+            data = zlib.compress(marshal.dumps(entries), 1, -15)
             return _Block(data, next(iter(makes), None), len(records))
         except ValueError:  # an object marshal cannot write: the block is kept whole
             pass

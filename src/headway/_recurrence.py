@@ -27,7 +27,8 @@ only with the same target. Exact repeats, cycles of period 2 and more (alternati
 reworded queries are all recurrences. Only a correction: the mark stays as the progress
 rules set it, so this never stops a run on its own.
 
-State per session: one entry per window step (three 64-bit digests) and a reference to
+State per session: one entry per window step (its tool and three 64-bit digests, packed in
+one array: ~40 bytes a step, not the ~200 of a tuple of int objects) and a reference to
 the last result that shows element numbers (a browser's page, up to 64 KiB: where the
 next call's numbers are read) with its digest. A session record carries the entries, not
 the page.
@@ -37,9 +38,9 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections import deque
+from array import array
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import orjson
 
@@ -55,27 +56,30 @@ _ECHO_MIN = 3
 _BLANK_MAX = 256  # a body longer than this is not looked at for being only blanks  # text arguments shorter than this are not looked for in the result
 
 
-class _Seen(NamedTuple):
-    tool: str
-    target: int  # hash of the tool's arguments with element numbers read as elements
-    state: int  # digest of the result as a state (0 when there is none to compare)
-    body: int  # digest of what the result shows past the tool's report of what it did
-    new: bool  # the step brought something new
+_MASK = (1 << 64) - 1
+_WIDTH = 4  # words an entry takes in Recurrence._words: target, state, body, new
 
 
 class Recurrence:
     """One session's recurrence window (I/O-free)."""
 
-    __slots__ = ("_page", "_steps", "_view")
+    __slots__ = ("_page", "_size", "_tools", "_view", "_words")
 
     def __init__(self, window: int) -> None:
-        self._steps: deque[_Seen] = deque(maxlen=window)
+        self._size = window  # entries kept: the window's steps
+        # an entry: its tool here, and in _words the hash of the tool's arguments with
+        # element numbers read as elements, the digest of the result as a state (0 when
+        # there is none to compare), the digest of what the result shows past the tool's
+        # report of what it did, and whether the step brought something new (1 or 0)
+        self._tools: list[str] = []
+        self._words = array("Q")
         self._page: str | None = None
         self._view = 0  # the state digest of that page
 
     def clear(self) -> None:
         """A new user turn: nothing counted before it counts after."""
-        self._steps.clear()
+        self._tools.clear()
+        del self._words[:]
         self._page = None
         self._view = 0
 
@@ -103,23 +107,27 @@ class Recurrence:
         # the whole arguments' digest (``args`` is cut for the audit) unless an element
         # stands for its number
         target = stable_hash(resolved if element else tool + "\x1f" + args_id)
-        steps = self._steps
         if text is None:
-            steps.append(_Seen(tool, target, 0, 0, fresh_write))
+            self._push(tool, target, 0, 0, fresh_write)
             return 0
         state, body = _state(text, parsed)
         # a read's page is a state in its own right, unless an element is acted on
         page = read and len(text) >= SHORT and not element
         times = 1
-        for s in reversed(steps):
-            if s.state == state and s.tool == tool and (page or s.target == target):
-                times += 1
-            elif s.new:
-                break
+        tools, words = self._tools, self._words
+        states = words[1::_WIDTH]
+        if state in states:  # else none of the steps comes up again (a scan in C)
+            # as lists: reading an array's item makes an int object, a list's does not
+            states_, targets_, news = states.tolist(), words[::_WIDTH].tolist(), words[3::_WIDTH]
+            for i in range(len(tools) - 1, -1, -1):
+                if states_[i] == state and tools[i] == tool and (page or targets_[i] == target):
+                    times += 1
+                elif news[i]:  # 0 or 1: no int object made
+                    break
         # new: what the result shows (a page past the line reporting the action: a page
         # navigated to again is not new) was not in the window
-        new = fresh_write or all(s.body != body for s in steps)
-        steps.append(_Seen(tool, target, state, body, new))
+        new = fresh_write or body not in words[2::_WIDTH]
+        self._push(tool, target, state, body, new)
         if "]<" in text:  # a page with element numbers: the next call's numbers refer to it
             self._page, self._view = text[:_PAGE_KEPT], state
         return times if times >= _TIMES else 0
@@ -139,14 +147,27 @@ class Recurrence:
 
     def dump(self) -> list[list[Any]]:
         """The window's entries as JSON (a session record); the last page is not kept."""
-        return [list(s) for s in self._steps]
+        words = self._words
+        return [
+            [tool, *words[at : at + _WIDTH - 1], bool(words[at + _WIDTH - 1])]
+            for tool, at in zip(self._tools, range(0, len(words), _WIDTH), strict=True)
+        ]
 
     def load(self, entries: Sequence[Sequence[Any]]) -> None:
         """Replace the window by ``dump()``'s entries (of any worker)."""
         self.clear()
-        self._steps.extend(
-            _Seen(str(e[0]), int(e[1]), int(e[2]), int(e[3]), bool(e[4])) for e in entries
-        )
+        for e in entries:  # the digests are 64-bit: a record holds no other
+            self._push(
+                str(e[0]), int(e[1]) & _MASK, int(e[2]) & _MASK, int(e[3]) & _MASK, bool(e[4])
+            )
+
+    def _push(self, tool: str, target: int, state: int, body: int, new: bool) -> None:
+        """Append an entry, dropping the oldest past the window's size."""
+        self._tools.append(tool)
+        self._words.extend((target, state, body, new))
+        if len(self._tools) > self._size:
+            del self._tools[0]
+            del self._words[:_WIDTH]
 
     def _target(self, parsed: object, args: str, targets: Sequence[str]) -> tuple[str, bool]:
         """The call's arguments with each target argument that names an element of the

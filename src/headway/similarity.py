@@ -193,8 +193,8 @@ def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
 
 
 def overlap(a: Collection[int], b: Collection[int]) -> float:
-    """The Jaccard of two sketches of distinct hashes, either a set or a packed array
-    (a window step keeps its sketch as an ``array``: 8 bytes a hash, not a set's ~70)."""
+    """The Jaccard of two sketches of distinct hashes, either a set or a packed sequence
+    (a window step keeps its sketch as bytes: 8 a hash, not a set's ~70)."""
     if not a and not b:
         return 1.0
     if not isinstance(a, (set, frozenset)):

@@ -102,9 +102,9 @@ class Observation:
         self._derive: tuple[Normalizer, ...] | None = None  # norm = normalize(text, _derive)
         # similarity sets, built lazily: the 5-gram sets live only while the step is judged
         # (one set holds ~80 bytes per character of the result); a step in the window keeps
-        # its sketch as an array of 8-byte hashes
+        # its sketch as bytes, 8 a hash (one object: an array is two, and 50 bytes more)
         self._shingles: frozenset[str] | None = None
-        self._sketch: frozenset[int] | array[int] | None = None
+        self._sketch: frozenset[int] | bytes | None = None
         self._arg_grams: frozenset[str] | None = None
         self._ngrams = self._nargs = -1  # the sizes of those sets, once built: kept
         self._json: str | None = None  # the step as stored in a session record (made once)
@@ -185,13 +185,16 @@ class Observation:
             self._ngrams = len(self._shingles)
         return self._shingles
 
-    def anchors(self, packed: bool = False) -> frozenset[int] | array[int]:
+    def anchors(self, packed: bool = False) -> frozenset[int] | memoryview:
         """The sketch's 5-grams as hashes (``hash()``: never stored, so the per-process
         salt does not matter); ``packed`` for a step in the window."""
         found = self._sketch
         if found is None:
-            found = frozenset(map(hash, sketch(self.norm or "")))
-            self._sketch = packed_array("q", found) if packed else found
+            found = self._sketch = frozenset(map(hash, sketch(self.norm or "")))
+            if packed:
+                found = self._sketch = _packed(found)
+        if isinstance(found, bytes):
+            return memoryview(found).cast("q")
         return found
 
     def arg_grams(self) -> frozenset[str]:
@@ -207,8 +210,8 @@ class Observation:
         decisions read nothing else of an older step."""
         self.spec = self.value = None
         self._shingles = self._arg_grams = None
-        if self._sketch is not None and not isinstance(self._sketch, array):
-            self._sketch = packed_array("q", self._sketch)
+        if type(self._sketch) is frozenset:
+            self._sketch = _packed(self._sketch)
         if self.units:
             self.units = packed_array("Q", self.units)
         norm = self._norm
@@ -246,6 +249,11 @@ class Observation:
 
 def sha(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _packed(hashes: frozenset[int]) -> bytes:
+    """A sketch's hashes, 8 bytes each."""
+    return array("q", hashes).tobytes()
 
 
 def packed_array(code: str, values: Collection[int]) -> array[int]:

@@ -31,8 +31,13 @@ class ProgressMark:
             step.mark = "neutral"
         else:
             step.mark = _mark(step, spec, window)
+            # a tool's last result is kept only for its own progress check (a result is
+            # often large); a record of an older version holds every tool's: dropped
             if status is EXECUTED:
-                window.last_value[step.tool] = step.value
+                if spec.progress is not None or spec.progress_fields:
+                    window.last_value[step.tool] = step.value
+                elif window.last_value:
+                    window.last_value.pop(step.tool, None)
         if step.mark == "progress" and (spec.progress is not None or spec.progress_fields):
             step.unchanged = False  # the tool's own progress check says it moved on
         return None

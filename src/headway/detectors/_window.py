@@ -71,7 +71,8 @@ class Window(Sequence[Observation]):
         self.last_progress_step: int | None = None
         self.errors: dict[str, tuple[str, int]] = {}  # tool -> (fingerprint, run length)
         self.polls: dict[str, tuple[int, float]] = {}  # key -> (unchanged polls, since)
-        self.last_value: dict[str, Any] = {}  # tool -> last successful result
+        # tool -> last successful result, of a tool with its own progress check
+        self.last_value: dict[str, Any] = {}
         self.versions: dict[str, str] = {}  # tool -> the version its steps were made under
         self.recur = Recurrence(size)  # the same target, the same state, nothing new
 
