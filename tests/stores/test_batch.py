@@ -184,3 +184,15 @@ def test_a_signed_store_answers_same_for_an_unchanged_value(store: headway.Store
         True,
     ]
     assert signed.get("r") is None
+
+
+def test_a_batch_finds_keys_that_share_their_first_bytes_with_the_one_before(
+    store: headway.Store,
+) -> None:
+    # a network store may send each key as its tail past what the key before shares: the
+    # shared part here ends inside a character ("è" and "é" share their first byte)
+    keys = ["éè", "éé", "é", "éé:lease", "éé", "x"]
+    ops = [Op("set", k, i) for i, k in enumerate(dict.fromkeys(keys))]
+    assert batch(store, ops) == [True] * 5
+    assert [store.get(k) for k in ("éè", "éé", "é", "éé:lease", "x")] == [0, 1, 2, 3, 4]
+    assert batch(store, [Op("get", k) for k in keys]) == [0, 1, 2, 3, 1, 4]

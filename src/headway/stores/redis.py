@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import ConfigError, StoreError
-from ._base import DIGESTED, SAME, SAME_TEXT, Op, digest, dumps, loads
+from ._base import SAME, SAME_TEXT, Op, digest, dumps, loads
 from ._urls import target
 
 try:
@@ -36,15 +36,17 @@ return 1
 """
 
 
-# ``batch``: ARGV[1] = the number of operations n; operation i is ARGV[4i-2 .. 4i+1] =
-# name, condition ('1', '0' or ''), PX ('' for none), the index of its key in KEYS (each
-# key sent once: a session's record is often read back after its swap); then the values,
-# in the operations' order: one for a set or an add, two for a swap (its new value, '' to
-# delete, then its expected one), one for a get with an expected value ('getx'), none for
-# a get or a delete. An expected value written '#' and
-# a SHA-1 (never a JSON text) is compared with the stored value's digest. Results: a
-# get's value (nil when absent; '=' for a getx whose value is the expected one), 1 or 0
-# for the others, nil when skipped.
+# ``batch``: ARGV[1] is the batch's layout, words separated by spaces: the number of keys
+# k, then for each key how many of its leading bytes are the previous key's (a session's
+# part extends its record's key, a lease its idempotency record's: each is sent as its
+# tail), then for each operation its name, its condition ('1', '0' or '-'), its PX ('-'
+# for none) and the number of its key. ARGV[2 .. k+1] are the keys' tails; then come the
+# values, in the operations' order: one for a set or an add, two for a swap (its new
+# value, '' to delete, then its expected one), one for a get with an expected value
+# ('getx'), none for a get or a delete. An expected value written '#' and a SHA-1 (never a
+# JSON text) is compared with the stored value's digest. Results: a get's value (nil when
+# absent; '=' for a getx whose value is the expected one), 1 or 0 for the others, nil
+# when skipped. The keys are built here: a single server, never Redis Cluster.
 _BATCH = """
 local function same(current, expected)
   if not current then return false end
@@ -53,11 +55,20 @@ local function same(current, expected)
   end
   return current == expected
 end
-local n = tonumber(ARGV[1])
-local out, last, data = {}, nil, 4 * n + 2
+local d = {}
+for w in string.gmatch(ARGV[1], '%S+') do d[#d + 1] = w end
+local k = tonumber(d[1])
+local keys, prev = {}, ''
+for i = 1, k do
+  prev = string.sub(prev, 1, tonumber(d[i + 1])) .. ARGV[i + 1]
+  keys[i] = prev
+end
+local n = (#d - k - 1) / 4
+local out, last, data = {}, nil, k + 2
 for i = 1, n do
-  local name, cond, px, r = ARGV[4 * i - 2], ARGV[4 * i - 1], ARGV[4 * i], 0
-  local key = KEYS[tonumber(ARGV[4 * i + 1])]
+  local at = k + 4 * i - 2
+  local name, cond, px, r = d[at], d[at + 1], d[at + 2], 0
+  local key = keys[tonumber(d[at + 3])]
   local value = ARGV[data]
   if name == 'swap' then data = data + 2
   elseif name ~= 'get' and name ~= 'del' then data = data + 1 end
@@ -70,14 +81,14 @@ for i = 1, n do
   elseif name == 'swap' then
     if same(redis.call('GET', key), ARGV[data - 1]) then
       if value == '' then redis.call('DEL', key)
-      elseif px == '' then redis.call('SET', key, value)
+      elseif px == '-' then redis.call('SET', key, value)
       else redis.call('SET', key, value, 'PX', px) end
       r = 1
     end
   else
     local args = {'SET', key, value}
     if name == 'add' then args[#args + 1] = 'NX' end
-    if px ~= '' then args[#args + 1] = 'PX'; args[#args + 1] = px end
+    if px ~= '-' then args[#args + 1] = 'PX'; args[#args + 1] = px end
     if redis.call(unpack(args)) then r = 1 end
   end
   out[i], last = r, r
@@ -85,11 +96,26 @@ end
 return out
 """
 
+#: an expected value this long or longer is sent as '#' and its SHA-1 (41 bytes)
+_DIGESTED = 64
+
+
+def _shared(a: bytes, b: bytes) -> int:
+    """How many leading bytes ``b`` has in common with ``a``."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:  # a[:lo] == b[:lo]; slices compare in C
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
 
 def _expected(value: Any) -> str:
     """An expected value as sent: its text, or '#' and its SHA-1 when it is long."""
     text = dumps(value)
-    return "#" + digest(text, "sha1") if len(text) >= DIGESTED else text
+    return "#" + digest(text, "sha1") if len(text) >= _DIGESTED else text
 
 
 _ONE_WRITE = 1 << 20  # a command up to this size is sent in one socket write
@@ -177,10 +203,12 @@ class RedisStore:
         return bool(self._do(self._swap, keys=[self._k(key)], args=args))
 
     def batch(self, ops: Sequence[Op]) -> list[Any]:
-        """Several operations in one script: one round trip (see ``_base.batch``). Their
-        keys need not share a hash slot: a single server, not Redis Cluster."""
+        """Several operations in one script: one round trip (see ``_base.batch``), its
+        layout in one argument and each key sent once, as its tail past what it shares
+        with the key before. Their keys need not share a hash slot: a single server, not
+        Redis Cluster."""
         keys: dict[str, int] = {}  # each key once, numbered from 1 as in Lua
-        args: list[Any] = [len(ops)]
+        words: list[str] = []
         values: list[str] = []
         for op in ops:
             px = _px(op.ttl_s)
@@ -196,10 +224,20 @@ class RedisStore:
                 name = "del"
             elif name != "get":
                 raise StoreError(f"unknown store operation {op.name!r}")
-            cond = "" if op.only_if is None else ("1" if op.only_if else "0")
+            cond = "-" if op.only_if is None else ("1" if op.only_if else "0")
             at = keys.setdefault(self._k(op.key), len(keys) + 1)
-            args += (name, cond, "" if px is None or op.name == "get" else str(px), at)
-        replies = self._do(self._batch, keys=list(keys), args=args + values)
+            words += (name, cond, "-" if px is None or op.name == "get" else str(px), str(at))
+        shared: list[str] = []
+        tails: list[bytes] = []
+        prev = b""
+        for key in keys:
+            raw = key.encode()
+            n = _shared(prev, raw)
+            shared.append(str(n))
+            tails.append(raw[n:])
+            prev = raw
+        layout = " ".join([str(len(keys)), *shared, *words])
+        replies = self._do(self._batch, keys=[], args=[layout, *tails, *values])
         return [
             (SAME if r == SAME_TEXT else loads(r))
             if op.name == "get"
