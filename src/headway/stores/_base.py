@@ -18,7 +18,7 @@ import hashlib
 import json
 import json.scanner
 from collections.abc import Sequence
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import Any, AnyStr, NamedTuple, Protocol, runtime_checkable
 
 import orjson
 
@@ -107,6 +107,19 @@ def digest(text: str, algorithm: str) -> str:
 
 
 _digests: tuple[tuple[Any, str, str], ...] = ((None, "", ""), (None, "", ""))
+
+
+def shared_prefix(a: AnyStr, b: AnyStr) -> int:
+    """How many leading characters (bytes) ``b`` has in common with ``a``: a network store
+    sends a key as its tail past what it shares with another key of the batch."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:  # a[:lo] == b[:lo]; slices compare in C
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 #: the longest idempotency key or session id, in bytes of UTF-8, that every store holds

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import StoreError
-from ._base import DIGESTED, SAME, SAME_TEXT, Op, digest, dumps, loads
+from ._base import SAME, SAME_TEXT, Op, digest, dumps, loads, shared_prefix
 from ._urls import target
 
 try:
@@ -36,13 +36,39 @@ _LIVE = f"(gc_at IS NULL OR gc_at > {_NOW})"
 _GC = f"{_NOW} + %s"
 
 
-def _match(expected: Any) -> tuple[str, str]:
-    """The condition that the stored value is ``expected``, and its parameter: a long one
-    compared by its SHA-256, which the server computes (a swap sends the new value only)."""
+def _match(expected: Any, name: str = "") -> tuple[str, str | bytes]:
+    """The condition that the stored value is ``expected``, and its parameter (``name``:
+    a named one): a long one compared by its SHA-256, which the server computes (a swap
+    sends the new value only), sent as its 32 bytes."""
     text = dumps(expected)
-    if len(text) < DIGESTED:
-        return "value = %s", text
-    return "encode(sha256(convert_to(value, 'UTF8')), 'hex') = %s", digest(text, "sha256")
+    if len(text) < _DIGESTED:
+        return f"value = %{'(' + name + ')' if name else ''}s", text
+    param = f"%({name})b" if name else "%b"
+    return f"sha256(convert_to(value, 'UTF8')) = {param}", bytes.fromhex(digest(text, "sha256"))
+
+
+#: an expected value this long or longer is compared by its digest
+_DIGESTED = 64
+
+
+def _keys(keys: list[str], params: dict[str, Any]) -> dict[str, str]:
+    """Each key of a batch as an SQL expression, its parameters put in ``params``: a key
+    that extends a shorter one of the batch (a session's part its record's key, a lease
+    its idempotency record's) as that one's expression and its tail, any other as the
+    part all the batch's keys share and its tail: a key's text is sent about once."""
+    distinct = sorted(set(keys), key=len)
+    common = distinct[0][: shared_prefix(min(distinct), max(distinct))]
+    params["p"] = common
+    out: dict[str, str] = {}
+    for i, key in enumerate(distinct):
+        base = next((k for k in reversed(distinct[:i]) if key.startswith(k)), None)
+        head = "%(p)s" if base is None else out[base]
+        params[f"k{i}"] = key[len(common if base is None else base) :]
+        out[key] = f"({head} || %(k{i})s)"
+    return out
+
+
+_WRITTEN = {"1": True, "0": False, "-": None}  # a write's result in the batch's one column
 
 
 def _reason(exc: Exception) -> str:
@@ -101,7 +127,7 @@ class PostgresStore:
         """A driver error as a ``StoreError`` whose message shows no password."""
         return StoreError(f"PostgreSQL store: {type(exc).__name__}: {self._target.hide(str(exc))}")
 
-    def _run(self, sql: str, params: tuple[Any, ...]) -> tuple[int, Any]:
+    def _run(self, sql: str, params: tuple[Any, ...] | dict[str, Any]) -> tuple[int, Any]:
         try:
             with self._pool.connection() as conn:
                 cur = conn.execute(sql, params)
@@ -152,36 +178,40 @@ class PostgresStore:
     def batch(self, ops: Sequence[Op]) -> list[Any]:
         """Several operations in one statement (one round trip, one transaction): each a
         data-modifying ``WITH`` query, its condition on the one before it. They all see
-        the table as it was before the statement (see ``_base.batch``)."""
+        the table as it was before the statement (see ``_base.batch``). Each key is sent
+        once; the writes' results come back as one text column ('1', '0', or '-' when
+        skipped), each get's value as a column of its own."""
+        if not ops:
+            return []
         parts: list[str] = []
-        outs: list[str] = []
-        params: list[Any] = []
+        writes: list[str] = []
+        gets: list[str] = []
+        params: dict[str, Any] = {}
+        keys = _keys([self.prefix + op.key for op in ops], params)
         done = "FALSE"  # whether the operation before succeeded
         for i, op in enumerate(ops):
             cond = "TRUE" if op.only_if is None else (done if op.only_if else f"NOT {done}")
-            key = self.prefix + op.key
+            key = keys[self.prefix + op.key]
             if op.name == "get":
                 shown = "value"
                 if op.expected is not None:  # '=' when the value is still the expected one
-                    same, old = _match(op.expected)
+                    same, params[f"e{i}"] = _match(op.expected, f"e{i}")
                     shown = f"CASE WHEN {same} THEN '{SAME_TEXT}' ELSE value END"
-                    params.append(old)
                 parts.append(
                     f"r{i} AS (SELECT {shown} AS value FROM {_TABLE} "
-                    f"WHERE key = %s AND {_LIVE} AND {cond})"
+                    f"WHERE key = {key} AND {_LIVE} AND {cond})"
                 )
-                params.append(key)
-                outs.append(f"(SELECT value FROM r{i})")
+                gets.append(f"(SELECT value FROM r{i}) g{i}")
                 done = "FALSE"
                 continue
             if op.name == "delete":
                 parts.append(
-                    f"r{i} AS (DELETE FROM {_TABLE} WHERE key = %s AND {cond} RETURNING 1)"
+                    f"r{i} AS (DELETE FROM {_TABLE} WHERE key = {key} AND {cond} RETURNING 1)"
                 )
-                params.append(key)
                 done = cond  # done when performed, whether or not the key was there
-                outs.append(f"CASE WHEN {cond} THEN TRUE END")
+                writes.append(f"CASE WHEN {cond} THEN '1' ELSE '-' END")
                 continue
+            gc = f"{_NOW} + %(t{i})s"
             if op.name in ("set", "add"):
                 taken = (
                     ""
@@ -190,37 +220,43 @@ class PostgresStore:
                 )
                 parts.append(
                     f"r{i} AS (INSERT INTO {_TABLE} (key, value, gc_at) "
-                    f"SELECT %s, %s, {_GC} WHERE {cond} ON CONFLICT (key) DO UPDATE SET "
-                    f"value = EXCLUDED.value, gc_at = EXCLUDED.gc_at{taken} RETURNING 1)"
+                    f"SELECT {key}, %(v{i})s, {gc} WHERE {cond} ON CONFLICT (key) DO UPDATE "
+                    f"SET value = EXCLUDED.value, gc_at = EXCLUDED.gc_at{taken} RETURNING 1)"
                 )
-                params += (key, dumps(op.value), op.ttl_s)
+                params[f"v{i}"], params[f"t{i}"] = dumps(op.value), op.ttl_s
             elif op.name == "swap" and op.value is None:
-                same, old = _match(op.expected)
+                same, params[f"e{i}"] = _match(op.expected, f"e{i}")
                 parts.append(
-                    f"r{i} AS (DELETE FROM {_TABLE} WHERE key = %s AND {same} "
+                    f"r{i} AS (DELETE FROM {_TABLE} WHERE key = {key} AND {same} "
                     f"AND {_LIVE} AND {cond} RETURNING 1)"
                 )
-                params += (key, old)
             elif op.name == "swap":
-                same, old = _match(op.expected)
+                same, params[f"e{i}"] = _match(op.expected, f"e{i}")
                 parts.append(
-                    f"r{i} AS (UPDATE {_TABLE} SET value = %s, gc_at = {_GC} WHERE key = %s "
-                    f"AND {same} AND {_LIVE} AND {cond} RETURNING 1)"
+                    f"r{i} AS (UPDATE {_TABLE} SET value = %(v{i})s, gc_at = {gc} "
+                    f"WHERE key = {key} AND {same} AND {_LIVE} AND {cond} RETURNING 1)"
                 )
-                params += (dumps(op.value), op.ttl_s, key, old)
+                params[f"v{i}"], params[f"t{i}"] = dumps(op.value), op.ttl_s
             else:
                 raise StoreError(f"unknown store operation {op.name!r}")
             done = f"EXISTS (SELECT 1 FROM r{i})"
-            outs.append(f"CASE WHEN {cond} THEN {done} END")
+            writes.append(
+                f"CASE WHEN {cond} THEN CASE WHEN {done} THEN '1' ELSE '0' END ELSE '-' END"
+            )
+        outs = [f"concat({', '.join(writes)}) w" if writes else "'' w", *gets]
         durable = [op.durable for op in ops if op.name != "get"]
         if durable and not any(durable):
             # no write here needs its commit to wait for the WAL flush (a session record's,
             # ``Op.durable``): set for this statement's transaction only, read at its commit
-            outs.append("set_config('synchronous_commit', 'off', true)")
-        _, row = self._run(f"WITH {', '.join(parts)} SELECT {', '.join(outs)}", tuple(params))
+            outs.append("set_config('synchronous_commit', 'off', true) s")
+        sql = f"WITH {', '.join(parts)} SELECT {', '.join(outs)}"
+        _, row = self._run(sql, params)
+        flags, values = iter(row[0]), iter(row[1:])
         return [
-            (SAME if r == SAME_TEXT else loads(r)) if op.name == "get" else r
-            for op, r in zip(ops, row[: len(ops)], strict=True)
+            (SAME if (r := next(values)) == SAME_TEXT else loads(r))
+            if op.name == "get"
+            else _WRITTEN[next(flags)]
+            for op in ops
         ]
 
     def delete(self, key: str) -> None:

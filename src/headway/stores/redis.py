@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import ConfigError, StoreError
-from ._base import SAME, SAME_TEXT, Op, digest, dumps, loads
+from ._base import SAME, SAME_TEXT, Op, digest, dumps, loads, shared_prefix
 from ._urls import target
 
 try:
@@ -98,18 +98,6 @@ return out
 
 #: an expected value this long or longer is sent as '#' and its SHA-1 (41 bytes)
 _DIGESTED = 64
-
-
-def _shared(a: bytes, b: bytes) -> int:
-    """How many leading bytes ``b`` has in common with ``a``."""
-    lo, hi = 0, min(len(a), len(b))
-    while lo < hi:  # a[:lo] == b[:lo]; slices compare in C
-        mid = (lo + hi + 1) // 2
-        if a[:mid] == b[:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
 
 
 def _expected(value: Any) -> str:
@@ -232,7 +220,7 @@ class RedisStore:
         prev = b""
         for key in keys:
             raw = key.encode()
-            n = _shared(prev, raw)
+            n = shared_prefix(prev, raw)
             shared.append(str(n))
             tails.append(raw[n:])
             prev = raw
