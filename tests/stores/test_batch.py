@@ -196,3 +196,22 @@ def test_a_batch_finds_keys_that_share_their_first_bytes_with_the_one_before(
     assert batch(store, ops) == [True] * 5
     assert [store.get(k) for k in ("éè", "éé", "é", "éé:lease", "x")] == [0, 1, 2, 3, 4]
     assert batch(store, [Op("get", k) for k in keys]) == [0, 1, 2, 3, 1, 4]
+
+
+@pytest.mark.parametrize("expected_ok", [True, False])
+def test_a_swap_writes_a_long_value_that_differs_a_little_from_the_one_it_replaces(
+    store: headway.Store, expected_ok: bool
+) -> None:
+    # sent as edits of the stored value (a session record's head, a completion), applied
+    # by the store's server only where the stored value is the expected one
+    old = {"ver": 13, "log": ["é" * 90, "x" * 200, "ü"], "meter": [1, 13, {"a": 3}], "t": 1.25}
+    new = {**old, "ver": 14, "log": ["é" * 90, "y", "x" * 200, "ü"], "meter": [1, 14, {"a": 4}]}
+    store.set("r", old)
+    expected = old if expected_ok else {**old, "t": 1.5}
+    done = batch(store, [Op("swap", "r", new, expected, 60), Op("get", "r", only_if=False)])
+    assert done == ([True, None] if expected_ok else [False, old])
+    assert store.get("r") == (new if expected_ok else old)
+    text = "ö," * 300  # a string value: its edits count characters or bytes alike
+    store.set("s", text)
+    assert batch(store, [Op("swap", "s", text[:100] + "ä" + text[100:], text)]) == [True]
+    assert store.get("s") == text[:100] + "ä" + text[100:]

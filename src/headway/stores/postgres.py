@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import StoreError
+from . import _delta
 from ._base import SAME, SAME_TEXT, Op, digest, dumps, loads, shared_prefix
 from ._urls import target
 
@@ -66,6 +67,34 @@ def _keys(keys: list[str], params: dict[str, Any]) -> dict[str, str]:
         params[f"k{i}"] = key[len(common if base is None else base) :]
         out[key] = f"({head} || %(k{i})s)"
     return out
+
+
+def _new(op: Op, i: int, params: dict[str, Any]) -> str:
+    """A swap's new value, its parameters put in ``params``: its text, or its edits of the
+    value it replaces when they are shorter (``_delta``: a session record's head, a
+    completion), applied by the server as an array of (offset, length) pairs, an offset
+    from the end marking a run of the inserted text ``s``."""
+    text = dumps(op.value)
+    runs = _delta.edits(dumps(op.expected), text) if len(text) >= _delta.LONG else []
+    if not runs or not _delta.worth(runs, len(text), 7):
+        params[f"v{i}"] = text
+        return f"%(v{i})s"
+    pairs: list[int] = []
+    inserted: list[str] = []
+    at = 0
+    for r in runs:
+        if isinstance(r, tuple):
+            pairs += r
+        else:
+            pairs += (-at - 1, len(r))
+            inserted.append(str(r))
+            at += len(r)
+    params[f"a{i}"], params[f"s{i}"] = pairs, "".join(inserted)
+    return (
+        f"(SELECT string_agg(CASE WHEN x.a[k] >= 0 THEN substr({_TABLE}.value, x.a[k] + 1, "
+        f"x.a[k + 1]) ELSE substr(%(s{i})s, -x.a[k], x.a[k + 1]) END, '' ORDER BY k) "
+        f"FROM (SELECT %(a{i})t::int[] AS a) x, generate_series(1, cardinality(x.a), 2) k)"
+    )
 
 
 _WRITTEN = {"1": True, "0": False, "-": None}  # a write's result in the batch's one column
@@ -233,10 +262,11 @@ class PostgresStore:
             elif op.name == "swap":
                 same, params[f"e{i}"] = _match(op.expected, f"e{i}")
                 parts.append(
-                    f"r{i} AS (UPDATE {_TABLE} SET value = %(v{i})s, gc_at = {gc} "
-                    f"WHERE key = {key} AND {same} AND {_LIVE} AND {cond} RETURNING 1)"
+                    f"r{i} AS (UPDATE {_TABLE} SET value = {_new(op, i, params)}, "
+                    f"gc_at = {gc} WHERE key = {key} AND {same} AND {_LIVE} AND {cond} "
+                    "RETURNING 1)"
                 )
-                params[f"v{i}"], params[f"t{i}"] = dumps(op.value), op.ttl_s
+                params[f"t{i}"] = op.ttl_s
             else:
                 raise StoreError(f"unknown store operation {op.name!r}")
             done = f"EXISTS (SELECT 1 FROM r{i})"

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import ConfigError, StoreError
+from . import _delta
 from ._base import SAME, SAME_TEXT, Op, digest, dumps, loads, shared_prefix
 from ._urls import target
 
@@ -43,7 +44,9 @@ return 1
 # for none) and the number of its key. ARGV[2 .. k+1] are the keys' tails; then come the
 # values, in the operations' order: one for a set or an add, two for a swap (its new
 # value, '' to delete, then its expected one), one for a get with an expected value
-# ('getx'), none for a get or a delete. An expected value written '#' and a SHA-1 (never a
+# ('getx'), none for a get or a delete. A swap's new value may come as '~' and edits of the
+# value it replaces (``_delta``): 'at,length;' copies a run of it, '+length;' and that many
+# bytes are inserted. An expected value written '#' and a SHA-1 (never a
 # JSON text) is compared with the stored value's digest. Results: a get's value (nil when
 # absent; '=' for a getx whose value is the expected one), 1 or 0 for the others, nil
 # when skipped. The keys are built here: a single server, never Redis Cluster.
@@ -54,6 +57,23 @@ local function same(current, expected)
     return redis.sha1hex(current) == string.sub(expected, 2)
   end
   return current == expected
+end
+local function patch(base, e)
+  local out, pos = {}, 2
+  while pos <= #e do
+    local semi = string.find(e, ';', pos, true)
+    if string.byte(e, pos) == 43 then
+      local n = tonumber(string.sub(e, pos + 1, semi - 1))
+      out[#out + 1] = string.sub(e, semi + 1, semi + n)
+      pos = semi + n + 1
+    else
+      local comma = string.find(e, ',', pos, true)
+      local at = tonumber(string.sub(e, pos, comma - 1))
+      out[#out + 1] = string.sub(base, at + 1, at + tonumber(string.sub(e, comma + 1, semi - 1)))
+      pos = semi + 1
+    end
+  end
+  return table.concat(out)
 end
 local d = {}
 for w in string.gmatch(ARGV[1], '%S+') do d[#d + 1] = w end
@@ -79,7 +99,9 @@ for i = 1, n do
     if same(r, value) then r = '=' end
   elseif name == 'del' then redis.call('DEL', key); r = 1
   elseif name == 'swap' then
-    if same(redis.call('GET', key), ARGV[data - 1]) then
+    local current = redis.call('GET', key)
+    if same(current, ARGV[data - 1]) then
+      if string.byte(value, 1) == 126 then value = patch(current, value) end
       if value == '' then redis.call('DEL', key)
       elseif px == '-' then redis.call('SET', key, value)
       else redis.call('SET', key, value, 'PX', px) end
@@ -104,6 +126,24 @@ def _expected(value: Any) -> str:
     """An expected value as sent: its text, or '#' and its SHA-1 when it is long."""
     text = dumps(value)
     return "#" + digest(text, "sha1") if len(text) >= _DIGESTED else text
+
+
+def _new(value: Any, expected: Any) -> str | bytes:
+    """A swap's new value as sent: '' to delete, its text, or '~' and its edits of the
+    expected value when they are shorter (a session record's head, a completion)."""
+    if value is None:
+        return ""
+    text = dumps(value)
+    if len(text) < _delta.LONG:
+        return text
+    new = text.encode()
+    runs = _delta.edits(dumps(expected).encode(), new)
+    if not _delta.worth(runs, len(new), 6):
+        return text
+    return b"~" + b"".join(
+        b"%d,%d;" % r if isinstance(r, tuple) else b"+%d;" % len(r) + bytes(r)  # type: ignore[arg-type]
+        for r in runs
+    )
 
 
 _ONE_WRITE = 1 << 20  # a command up to this size is sent in one socket write
@@ -197,12 +237,12 @@ class RedisStore:
         Redis Cluster."""
         keys: dict[str, int] = {}  # each key once, numbered from 1 as in Lua
         words: list[str] = []
-        values: list[str] = []
+        values: list[str | bytes] = []
         for op in ops:
             px = _px(op.ttl_s)
             name = op.name
             if name == "swap":
-                values += ("" if op.value is None else dumps(op.value), _expected(op.expected))
+                values += (_new(op.value, op.expected), _expected(op.expected))
             elif name in ("set", "add"):
                 values.append(dumps(op.value))
             elif name == "get" and op.expected is not None:
