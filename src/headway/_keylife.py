@@ -69,7 +69,9 @@ MOVES: dict[tuple[str, Event], str] = {
 def claim(
     tool: str, args: str, owner: str, now: float, lease_s: float, ttl_s: float
 ) -> dict[str, Any]:
-    """The record of a claim: IN_PROGRESS, owned by ``owner`` while its lease lives."""
+    """The record of a claim: IN_PROGRESS, owned by ``owner`` while its lease lives. Its
+    times are kept to the millisecond (sent with every write of the key)."""
+    now = round(now, 3)
     return {
         "state": IN_PROGRESS,
         "tool": tool,
@@ -99,6 +101,7 @@ def move(
         raise ValueError(f"no move {event.name} from {record['state']}")
     if to == ABSENT:
         return None
+    now = round(now, 3)  # to the millisecond, as ``claim``
     new = {**record, "state": to, "owner": None, "expires": now + ttl_s}
     if to == COMPLETED:
         result, why = encode_result(value)

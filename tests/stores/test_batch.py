@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import threading
 from typing import Any
 
@@ -215,3 +216,21 @@ def test_a_swap_writes_a_long_value_that_differs_a_little_from_the_one_it_replac
     store.set("s", text)
     assert batch(store, [Op("swap", "s", text[:100] + "ä" + text[100:], text)]) == [True]
     assert store.get("s") == text[:100] + "ä" + text[100:]
+
+
+def test_a_long_value_changed_anywhere_is_swapped_in_exactly(store: headway.Store) -> None:
+    # edits at the start, at the end, next to each other, deletions: the server rebuilds
+    # the new value from the stored one, character for character
+    rnd = random.Random(7)
+    value = ",".join(f'{{"k{i}":[{i},"é{i}"]}}' for i in range(30))
+    store.set("r", value)
+    for _ in range(40):
+        new = list(value)
+        for _ in range(rnd.randint(1, 4)):
+            at = rnd.randint(0, len(new))
+            del new[at : at + rnd.randint(0, 6)]
+            new[at:at] = rnd.choice(["", "ü", "7", ',"x":', "[]", "{}"])
+        text = "".join(new)
+        assert batch(store, [Op("swap", "r", text, value)]) == [True]
+        value = text
+        assert store.get("r") == value

@@ -72,32 +72,61 @@ def _keys(keys: list[str], params: dict[str, Any]) -> dict[str, str]:
 def _new(op: Op, i: int, params: dict[str, Any]) -> str:
     """A swap's new value, its parameters put in ``params``: its text, or its edits of the
     value it replaces when they are shorter (``_delta``: a session record's head, a
-    completion), applied by the server as an array of (offset, length) pairs, an offset
-    from the end marking a run of the inserted text ``s``."""
+    completion). The server applies them from an array of triples (skip, copied,
+    inserted): the run of ``copied`` characters of the stored value that starts ``skip``
+    past the end of the run copied before, then the next ``inserted`` characters of the
+    inserted text ``s``."""
     text = dumps(op.value)
     runs = _delta.edits(dumps(op.expected), text) if len(text) >= _delta.LONG else []
-    if not runs or not _delta.worth(runs, len(text), 7):
+    if not runs or not _delta.worth(runs, len(text), 5):
         params[f"v{i}"] = text
         return f"%(v{i})s"
-    pairs: list[int] = []
+    triples: list[int] = []
     inserted: list[str] = []
-    at = 0
+    end = 0
     for r in runs:
         if isinstance(r, tuple):
-            pairs += r
+            triples += (r[0] - end, r[1], 0)
+            end = r[0] + r[1]
         else:
-            pairs += (-at - 1, len(r))
+            if not triples or triples[-1]:
+                triples += (0, 0, 0)
+            triples[-1] = len(r)
             inserted.append(str(r))
-            at += len(r)
-    params[f"a{i}"], params[f"s{i}"] = pairs, "".join(inserted)
+    params[f"a{i}"], params[f"s{i}"] = triples, "".join(inserted)
     return (
-        f"(SELECT string_agg(CASE WHEN x.a[k] >= 0 THEN substr({_TABLE}.value, x.a[k] + 1, "
-        f"x.a[k + 1]) ELSE substr(%(s{i})s, -x.a[k], x.a[k + 1]) END, '' ORDER BY k) "
-        f"FROM (SELECT %(a{i})t::int[] AS a) x, generate_series(1, cardinality(x.a), 2) k)"
+        # each run's end in the stored value and in the inserted text: sums in order
+        f"(SELECT string_agg(substr({_TABLE}.value, e.old - e.n + 1, e.n) || "
+        f"substr(%(s{i})s, e.ins - e.m + 1, e.m), '' ORDER BY e.k) FROM "
+        "(SELECT k, x.a[k + 1] AS n, x.a[k + 2] AS m, "
+        "(sum(x.a[k] + x.a[k + 1]) OVER w)::int AS old, (sum(x.a[k + 2]) OVER w)::int AS ins "
+        f"FROM (SELECT %(a{i})t::int[] AS a) x, generate_series(1, cardinality(x.a), 3) k "
+        "WINDOW w AS (ORDER BY k)) e)"
     )
 
 
-_WRITTEN = {"1": True, "0": False, "-": None}  # a write's result in the batch's one column
+_WRITTEN = {"1": True, "0": False, "-": None}  # a write's result in a batch's column
+
+
+def _results(ops: Sequence[Op], text: str) -> list[Any]:
+    """A batch's results from its one column: per operation, a get's 'n' (no value) or 'v',
+    its value's length, ':' and the value; a write's '1', '0', or '-' when skipped."""
+    out: list[Any] = []
+    at = 0
+    for op in ops:
+        if op.name != "get":
+            out.append(_WRITTEN[text[at]])
+            at += 1
+        elif text[at] == "n":
+            out.append(None)
+            at += 1
+        else:
+            colon = text.index(":", at)
+            end = colon + 1 + int(text[at + 1 : colon])
+            value = text[colon + 1 : end]
+            out.append(SAME if value == SAME_TEXT else loads(value))
+            at = end
+    return out
 
 
 def _reason(exc: Exception) -> str:
@@ -208,15 +237,14 @@ class PostgresStore:
         """Several operations in one statement (one round trip, one transaction): each a
         data-modifying ``WITH`` query, its condition on the one before it. They all see
         the table as it was before the statement (see ``_base.batch``). Each key is sent
-        once; the writes' results come back as one text column ('1', '0', or '-' when
-        skipped), each get's value as a column of its own."""
+        once, and the results come back in one text column (``_results``)."""
         if not ops:
             return []
         parts: list[str] = []
-        writes: list[str] = []
-        gets: list[str] = []
+        outs: list[str] = []  # each operation's result, as text
         params: dict[str, Any] = {}
         keys = _keys([self.prefix + op.key for op in ops], params)
+        ttls: dict[float | None, str] = {}
         done = "FALSE"  # whether the operation before succeeded
         for i, op in enumerate(ops):
             cond = "TRUE" if op.only_if is None else (done if op.only_if else f"NOT {done}")
@@ -230,7 +258,8 @@ class PostgresStore:
                     f"r{i} AS (SELECT {shown} AS value FROM {_TABLE} "
                     f"WHERE key = {key} AND {_LIVE} AND {cond})"
                 )
-                gets.append(f"(SELECT value FROM r{i}) g{i}")
+                got = f"(SELECT 'v' || length(value) || ':' || value FROM r{i})"
+                outs.append(f"COALESCE({got}, 'n')")
                 done = "FALSE"
                 continue
             if op.name == "delete":
@@ -238,9 +267,10 @@ class PostgresStore:
                     f"r{i} AS (DELETE FROM {_TABLE} WHERE key = {key} AND {cond} RETURNING 1)"
                 )
                 done = cond  # done when performed, whether or not the key was there
-                writes.append(f"CASE WHEN {cond} THEN '1' ELSE '-' END")
+                outs.append(f"CASE WHEN {cond} THEN '1' ELSE '-' END")
                 continue
-            gc = f"{_NOW} + %(t{i})s"
+            t = ttls.setdefault(op.ttl_s, f"t{len(ttls)}")  # each time to live sent once
+            gc = f"{_NOW} + %({t})s"
             if op.name in ("set", "add"):
                 taken = (
                     ""
@@ -252,7 +282,7 @@ class PostgresStore:
                     f"SELECT {key}, %(v{i})s, {gc} WHERE {cond} ON CONFLICT (key) DO UPDATE "
                     f"SET value = EXCLUDED.value, gc_at = EXCLUDED.gc_at{taken} RETURNING 1)"
                 )
-                params[f"v{i}"], params[f"t{i}"] = dumps(op.value), op.ttl_s
+                params[f"v{i}"], params[t] = dumps(op.value), op.ttl_s
             elif op.name == "swap" and op.value is None:
                 same, params[f"e{i}"] = _match(op.expected, f"e{i}")
                 parts.append(
@@ -266,28 +296,22 @@ class PostgresStore:
                     f"gc_at = {gc} WHERE key = {key} AND {same} AND {_LIVE} AND {cond} "
                     "RETURNING 1)"
                 )
-                params[f"t{i}"] = op.ttl_s
+                params[t] = op.ttl_s
             else:
                 raise StoreError(f"unknown store operation {op.name!r}")
             done = f"EXISTS (SELECT 1 FROM r{i})"
-            writes.append(
+            outs.append(
                 f"CASE WHEN {cond} THEN CASE WHEN {done} THEN '1' ELSE '0' END ELSE '-' END"
             )
-        outs = [f"concat({', '.join(writes)}) w" if writes else "'' w", *gets]
+        columns = [" || ".join(outs) + " r"]
         durable = [op.durable for op in ops if op.name != "get"]
         if durable and not any(durable):
             # no write here needs its commit to wait for the WAL flush (a session record's,
             # ``Op.durable``): set for this statement's transaction only, read at its commit
-            outs.append("set_config('synchronous_commit', 'off', true) s")
-        sql = f"WITH {', '.join(parts)} SELECT {', '.join(outs)}"
+            columns.append("set_config('synchronous_commit', 'off', true)")
+        sql = f"WITH {', '.join(parts)} SELECT {', '.join(columns)}"
         _, row = self._run(sql, params)
-        flags, values = iter(row[0]), iter(row[1:])
-        return [
-            (SAME if (r := next(values)) == SAME_TEXT else loads(r))
-            if op.name == "get"
-            else _WRITTEN[next(flags)]
-            for op in ops
-        ]
+        return _results(ops, row[0])
 
     def delete(self, key: str) -> None:
         self._run(f"DELETE FROM {_TABLE} WHERE key = %s", (self.prefix + key,))
