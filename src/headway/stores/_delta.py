@@ -5,27 +5,33 @@ result to the claim it replaces.
 ``edits(old, new)`` is a list of runs: ``(offset, length)`` copies a run of ``old``, a
 text (or bytes) is inserted as it is; ``apply(old, edits)`` is ``new`` again. They work on
 characters (``str``: PostgreSQL's ``substr``) or on bytes (``bytes``: Redis's
-``string.sub``). Both texts are cut into tokens at JSON's punctuation and matched token by
-token, with a short look-ahead to find where they agree again after a change: linear in
-the texts' length, and a store sends the value whole when its edits are not shorter.
-Only a swap's server, having found the stored value equal to the expected one, applies
-them: the value it writes is the one the caller computed.
+``string.sub``). Both texts are cut into tokens (a field or an item, with the comma after
+it) and compared token by token, in C (``map``): from the front, and from the back past
+the one place where tokens were added or removed (a list that grew by an item). Each run
+of tokens that differ is trimmed to what differs. A store sends the value whole when its
+edits are not shorter. Only a swap's server, having found the stored value equal to the
+expected one, applies them: the value it writes is the one the caller computed.
 """
 
 from __future__ import annotations
 
+import bisect
 import itertools
+import operator
 import re
 from typing import Any, AnyStr
 
 Edit = tuple[int, int] | str | bytes
 
-_AHEAD = 32  # tokens looked ahead (in each text, in all) to find where the texts agree again
 _TOKENS: dict[type, re.Pattern[Any]] = {
-    str: re.compile(r"[^,:\[\]{}]+|[,:\[\]{}]"),
-    bytes: re.compile(rb"[^,:\[\]{}]+|[,:\[\]{}]"),
+    str: re.compile(r"[^,]*,|[^,]+"),
+    bytes: re.compile(rb"[^,]*,|[^,]+"),
 }
+_SPLITS = 6  # where tokens were added or removed: among this many candidates at each end
 _held: tuple[tuple[Any, Any], ...] = ()  # (text, its tokens and their offsets), newest first
+
+#: a new value this long or longer may be sent as edits
+LONG = 200
 
 
 def _tokens(text: AnyStr) -> tuple[list[AnyStr], list[int]]:
@@ -42,66 +48,81 @@ def _tokens(text: AnyStr) -> tuple[list[AnyStr], list[int]]:
     return found
 
 
+def _differ(ta: list[Any], tb: list[Any]) -> list[int]:
+    """The positions where two token lists differ, compared from the front (in C)."""
+    return list(itertools.compress(itertools.count(), map(operator.ne, ta, tb)))
+
+
 def edits(old: AnyStr, new: AnyStr) -> list[Edit]:
     """Runs that make ``new`` out of ``old`` (``apply``)."""
     ta, oa = _tokens(old)
     tb, ob = _tokens(new)
+    na, nb = len(ta), len(tb)
+    front = _differ(ta, tb)
+    if na == nb:
+        split, back = na, []
+    else:
+        # from the back: position k from the end is old's na-1-k and new's nb-1-k
+        back = [na - 1 - k for k in reversed(_differ(ta[::-1], tb[::-1]))]
+        split = _split(front, back, min(na, nb))
+    # (old start, old end, new start, new end) of each run of tokens that differ
+    changes: list[list[int]] = []
+    for k in itertools.islice(front, bisect.bisect_left(front, split)):
+        _note(changes, k, k + 1, k, k + 1)
+    if na != nb:
+        _note(changes, split, split + max(0, na - nb), split, split + max(0, nb - na))
+    d = nb - na
+    for k in back[bisect.bisect_left(back, split + max(0, na - nb)) :]:
+        _note(changes, k, k + 1, k + d, k + d + 1)
     out: list[Edit] = []
-    i = j = 0
-    na, nb = len(ta), len(tb)
-    while i < na and j < nb:
-        i0 = i
-        n = _same(ta, tb, i, j)
-        i, j = i + n, j + n
-        if n:
-            out.append((oa[i0], oa[i] - oa[i0]))
-        if i == na or j == nb:
-            break
-        di, dj = _agree(ta, tb, i, j)
-        if dj:
-            out.append(new[ob[j] : ob[j + dj]])
-        i, j = i + di, j + dj
-    if j < nb:
-        out.append(new[ob[j] :])
-    return out
+    at = 0
+    for a0, a1, b0, b1 in changes:
+        _copy(out, oa[at], oa[a0] - oa[at])
+        _change(out, old, new, oa[a0], oa[a1], ob[b0], ob[b1])
+        at = a1
+    _copy(out, oa[at], oa[na] - oa[at])
+    return out if apply(old, out) == new else [new]  # never a wrong value: whole instead
 
 
-def _same(ta: list[AnyStr], tb: list[AnyStr], i: int, j: int) -> int:
-    """How many tokens from ``i`` and ``j`` are the same (lists compared a run at a time)."""
-    most = min(len(ta) - i, len(tb) - j)
-    k = 1
-    while k <= most and ta[i : i + k] == tb[j : j + k]:
-        k *= 2
-    lo, hi = k // 2, min(k, most + 1)  # the first lo agree, the first hi do not (or run out)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if ta[i : i + mid] == tb[j : j + mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo if hi > most or ta[i : i + hi] != tb[j : j + hi] else hi
+def _split(front: list[int], back: list[int], most: int) -> int:
+    """Where tokens were added or removed: the position before which the texts are
+    compared from the front and after which from the back, with the fewest differences."""
+    candidates = {0, most, *front[:_SPLITS], *back[-_SPLITS:]}
+    return min(
+        (s for s in candidates if 0 <= s <= most),
+        key=lambda s: bisect.bisect_left(front, s) + len(back) - bisect.bisect_left(back, s),
+    )
 
 
-def _agree(ta: list[AnyStr], tb: list[AnyStr], i: int, j: int) -> tuple[int, int]:
-    """How many tokens of each text to skip from ``i`` and ``j`` (which differ) to where
-    they agree again for two tokens (or run out); past the look-ahead, all of the rest."""
-    na, nb = len(ta), len(tb)
-    for d in range(1, _AHEAD + 1):
-        for di in range(d + 1):
-            a, b = i + di, j + d - di
-            if a > na or b > nb:
-                continue
-            if a == na or b == nb:
-                if a == na and b == nb:
-                    return di, d - di
-                continue
-            if ta[a] == tb[b] and (a + 1 == na or b + 1 == nb or ta[a + 1] == tb[b + 1]):
-                return di, d - di
-    return na - i, nb - j
+def _note(changes: list[list[int]], a0: int, a1: int, b0: int, b1: int) -> None:
+    if changes and changes[-1][1] == a0 and changes[-1][3] == b0:
+        changes[-1][1], changes[-1][3] = a1, b1  # next to the one before: one change
+    elif a1 > a0 or b1 > b0:
+        changes.append([a0, a1, b0, b1])
 
 
-#: a new value this long or longer may be sent as edits
-LONG = 200
+def _copy(out: list[Edit], at: int, n: int) -> None:
+    last = out[-1] if out else None
+    if type(last) is tuple and last[0] + last[1] == at:
+        out[-1] = (last[0], last[1] + n)  # runs that meet make one
+    elif n:
+        out.append((at, n))
+
+
+def _change(out: list[Edit], old: AnyStr, new: AnyStr, a0: int, a1: int, b0: int, b1: int) -> None:
+    """``old[a0:a1]`` replaced by ``new[b0:b1]``: what they start and end with alike is
+    copied, the rest inserted (a token ``"n":13,`` becoming ``"n":14,`` inserts ``4``)."""
+    a, b = old[a0:a1], new[b0:b1]
+    most = min(len(a), len(b))
+    head = tail = 0
+    while head < most and a[head] == b[head]:  # tokens are short: faster than in halves
+        head += 1
+    while tail < most - head and a[-1 - tail] == b[-1 - tail]:
+        tail += 1
+    _copy(out, a0, head)
+    if len(b) - tail > head:
+        out.append(b[head : len(b) - tail])
+    _copy(out, a1 - tail, tail)
 
 
 def worth(runs: list[Edit], size: int, cost: int) -> bool:
