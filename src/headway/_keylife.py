@@ -93,9 +93,9 @@ def move(
     by: str = "owner",
     error: Any = None,
 ) -> dict[str, Any] | None:
-    """The record after ``event`` (None: ABSENT). RETURNED and FOUND keep ``value`` (``by``
-    says who found it: the owner, a late attempt, reconcile, shadow mode); FAILED keeps
-    ``error``. A CLAIM's record is ``claim()``'s, whatever it replaces."""
+    """The record after ``event`` (None: ABSENT). RETURNED and FOUND keep ``value`` (and
+    ``by``, who found it: a late attempt, reconcile, shadow mode; absent: the owner, as
+    records of earlier versions say ``"owner"``); FAILED keeps ``error``. A CLAIM's record is ``claim()``'s, whatever it replaces."""
     to = MOVES.get((record["state"], event))
     if to is None or event is Event.CLAIM:
         raise ValueError(f"no move {event.name} from {record['state']}")
@@ -105,7 +105,9 @@ def move(
     new = {**record, "state": to, "owner": None, "expires": now + ttl_s}
     if to == COMPLETED:
         result, why = encode_result(value)
-        new.update(result=result, by=by, done_at=now)
+        new.update(result=result, done_at=now)
+        if by != "owner":  # who found the result; none: the claim's owner (it ran the tool)
+            new["by"] = by
         if why is not None:
             new["unrecordable"] = why  # it ran: the key replays an error that says so
     elif to == UNKNOWN:

@@ -31,7 +31,7 @@ _SPLITS = 6  # where tokens were added or removed: among this many candidates at
 _held: tuple[tuple[Any, Any], ...] = ()  # (text, its tokens and their offsets), newest first
 
 #: a new value this long or longer may be sent as edits
-LONG = 200
+LONG = 32
 
 
 def _tokens(text: AnyStr) -> tuple[list[AnyStr], list[int]]:
