@@ -28,9 +28,7 @@ _SWAP = """
 local current = redis.call('GET', KEYS[1])
 if not current then return 0 end
 if string.byte(ARGV[2], 1) == 35 then
-  local hexed = string.gsub(string.sub(ARGV[2], 2), '.', function(c)
-    return string.format('%02x', string.byte(c))
-  end)
+  local hexed = string.format(string.rep('%02x', 20), string.byte(ARGV[2], 2, 21))
   if redis.sha1hex(current) ~= hexed then return 0 end
 elseif current ~= ARGV[2] then return 0 end
 if ARGV[3] == '' then redis.call('DEL', KEYS[1])
@@ -59,9 +57,7 @@ _BATCH = """
 local function same(current, expected)
   if not current then return false end
   if string.byte(expected, 1) == 35 then
-    local hexed = string.gsub(string.sub(expected, 2), '.', function(c)
-      return string.format('%02x', string.byte(c))
-    end)
+    local hexed = string.format(string.rep('%02x', 20), string.byte(expected, 2, 21))
     return redis.sha1hex(current) == hexed
   end
   return current == expected
