@@ -4,7 +4,8 @@ One table; the claim is a single ``INSERT ... ON CONFLICT`` (which takes over on
 whose garbage-collection time has passed) and every transition is a single conditional
 ``UPDATE`` or ``DELETE``: never check-then-insert. A long expected value (a session
 record's head) is compared by its SHA-256, computed by the server: a swap sends the new
-value only.
+value only, in a batch as its edits of the stored one where they are shorter
+(``_delta``).
 """
 
 from __future__ import annotations

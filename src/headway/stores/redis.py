@@ -3,8 +3,9 @@
 The claim is ``SET NX PX``; compare-and-set is a one-key Lua script (``GET`` compared with
 the expected JSON, then ``SET`` or ``DEL``), so every operation touches one key. A long
 expected value (a session record's head) is sent as its SHA-1 and compared with the
-stored value's, which the server computes: a swap sends the new value only. headway's
-own keys put the session or tool in a ``{hash tag}``. Tested against a single Redis server
+stored value's, which the server computes: a swap sends the new value only, in a batch as
+its edits of the stored one where they are shorter (``_delta``). headway's own keys put
+the session or tool in a ``{hash tag}``. Tested against a single Redis server
 only (not Redis Cluster).
 """
 
