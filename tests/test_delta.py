@@ -7,6 +7,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
+from headway.stores._base import shared_prefix
 from headway.stores._delta import apply, edits
 
 _TEXT = st.text(alphabet=',:[]{}"ab1é\\ ', max_size=60)
@@ -33,3 +34,19 @@ def test_a_record_that_changes_by_a_few_fields_is_sent_in_a_fraction_of_its_size
     assert apply(a, runs) == b
     inserted = sum(len(r) for r in runs if isinstance(r, str))
     assert inserted + 6 * len(runs) < len(b) / 4  # sent as about 6 bytes a run
+
+
+@given(st.text(max_size=20), st.text(max_size=20), st.integers(0, 20))
+def test_the_shared_start_of_two_texts_is_found_in_characters_and_in_bytes(
+    a: str, b: str, keep: int
+) -> None:
+    b = a[:keep] + b  # often a long shared start
+    same = next(
+        (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
+    )
+    assert shared_prefix(a, b) == same
+    ea, eb = a.encode("utf-8", "surrogatepass"), b.encode("utf-8", "surrogatepass")
+    same = next(
+        (i for i, (x, y) in enumerate(zip(ea, eb, strict=False)) if x != y), min(len(ea), len(eb))
+    )
+    assert shared_prefix(ea, eb) == same

@@ -22,7 +22,7 @@ from ._base import shared_prefix
 Edit = tuple[int, int] | str | bytes
 
 #: a new value this long or longer may be sent as edits
-LONG = 32
+LONG = 200
 
 
 def edits(old: AnyStr, new: AnyStr) -> list[Edit]:

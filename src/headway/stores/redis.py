@@ -128,23 +128,22 @@ return out
 _DIGESTED = 32
 
 
-def _expected(value: Any) -> str | bytes:
-    """An expected value as sent: its text, or '#' and its SHA-1's 20 bytes when it is
-    long."""
-    text = dumps(value)
+def _expected(text: str) -> str | bytes:
+    """An expected value (its stored text) as sent: that text, or '#' and its SHA-1's 20
+    bytes when it is long."""
     return b"#" + bytes.fromhex(digest(text, "sha1")) if len(text) >= _DIGESTED else text
 
 
-def _new(value: Any, expected: Any) -> str | bytes:
+def _new(value: Any, expected: str) -> str | bytes:
     """A swap's new value as sent: '' to delete, its text, or '~' and its edits of the
-    expected value when they are shorter (a session record's head, a completion)."""
+    expected value's text when they are shorter (a completion)."""
     if value is None:
         return ""
     text = dumps(value)
     if len(text) < _delta.LONG:
         return text
     new = text.encode()
-    runs = _delta.edits(dumps(expected).encode(), new)
+    runs = _delta.edits(expected.encode(), new)
     if not _delta.worth(runs, len(new), 6):
         return text
     out, end = [b"~"], 0
@@ -239,7 +238,7 @@ class RedisStore:
     def swap(self, key: str, expected: Any, value: Any | None, ttl_s: float | None = None) -> bool:
         new = "" if value is None else dumps(value)
         px = _px(ttl_s)
-        args = ["" if px is None else px, _expected(expected), new]
+        args = ["" if px is None else px, _expected(dumps(expected)), new]
         return bool(self._do(self._swap, keys=[self._k(key)], args=args))
 
     def batch(self, ops: Sequence[Op]) -> list[Any]:
@@ -255,12 +254,13 @@ class RedisStore:
             px = _px(op.ttl_s)
             name = op.name
             if name == "swap":
-                values += (_new(op.value, op.expected), _expected(op.expected))
+                old = dumps(op.expected)
+                values += (_new(op.value, old), _expected(old))
             elif name in ("set", "add"):
                 values.append(dumps(op.value))
             elif name == "get" and op.expected is not None:
                 name = "x"
-                values.append(_expected(op.expected))
+                values.append(_expected(dumps(op.expected)))
             elif name not in ("get", "delete"):
                 raise StoreError(f"unknown store operation {op.name!r}")
             cond = "-" if op.only_if is None else ("1" if op.only_if else "0")
