@@ -12,7 +12,6 @@ its first turn.
 from __future__ import annotations
 
 import enum
-import uuid
 from typing import TYPE_CHECKING, Any, Literal
 
 from . import _key_store
@@ -34,7 +33,7 @@ from ._key_outcomes import (
 )
 from ._key_results import decode_result
 from ._keylife import Event, Seen, claim, malformed, move, seen
-from ._leases import DEFAULT_LEASE_S, Held
+from ._leases import DEFAULT_LEASE_S, Held, new_owner
 from ._reconcile import reconcile
 from .errors import KeyReuseError, StoreError
 
@@ -69,7 +68,7 @@ def claim_key(mem: KeyMemory, ctx: Context, c: Call) -> Plan[Held | bool | None]
     rkey = ctx.idempotency_record_key(key)
     c.reconcile_key = key
     ahead, c.claimed = c.claimed, None  # sent with the session record's read
-    owner = ahead.claim["owner"] if ahead is not None else uuid.uuid4().hex
+    owner = ahead.claim["owner"] if ahead is not None else new_owner()
     waited, poll = 0.0, _POLL_S
     for turn in range(_TURNS):
         if turn >= 3:  # the record keeps changing under us: back off

@@ -29,10 +29,11 @@ raises the stop when the session record was rolled back to a copy from before it
 
 from __future__ import annotations
 
+import math
 import random
+import secrets
 import threading
 import time
-import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -162,9 +163,9 @@ def _apply(value: dict[str, Any] | None, owed: list[Owed], now: float) -> dict[s
 def owe_start(ctx: Context, ep: Epochs, c: Call, names: tuple[str, ...]) -> None:
     """Before a write runs: its epochs to bump and mark pending (``publish``, or riding
     with the session record's read: ``ride``)."""
-    token = uuid.uuid4().hex
+    token = secrets.token_hex(6)  # 48 random bits: the writes pending at once never share one
     deadline = ctx.deadline_s if ctx.deadline_s is not None else 3600.0
-    expiry = ctx.clock() + deadline + _MARGIN_S
+    expiry = math.ceil(ctx.clock() + deadline + _MARGIN_S)  # whole seconds, rounded up
     c.epoch_token = token
     with ep.lock:
         ep.owed.append(("start", token, names, expiry))

@@ -69,7 +69,9 @@ MOVES: dict[tuple[str, Event], str] = {
 def claim(
     tool: str, args: str, owner: str, now: float, lease_s: float, ttl_s: float
 ) -> dict[str, Any]:
-    """The record of a claim: IN_PROGRESS, owned by ``owner`` while its lease lives."""
+    """The record of a claim: IN_PROGRESS, owned by ``owner`` while its lease lives. Its
+    times are kept to the millisecond (sent with every write of the key)."""
+    now = round(now, 3)
     return {
         "state": IN_PROGRESS,
         "tool": tool,
@@ -91,18 +93,21 @@ def move(
     by: str = "owner",
     error: Any = None,
 ) -> dict[str, Any] | None:
-    """The record after ``event`` (None: ABSENT). RETURNED and FOUND keep ``value`` (``by``
-    says who found it: the owner, a late attempt, reconcile, shadow mode); FAILED keeps
-    ``error``. A CLAIM's record is ``claim()``'s, whatever it replaces."""
+    """The record after ``event`` (None: ABSENT). RETURNED and FOUND keep ``value`` (and
+    ``by``, who found it: a late attempt, reconcile, shadow mode; absent: the owner, as
+    records of earlier versions say ``"owner"``); FAILED keeps ``error``. A CLAIM's record is ``claim()``'s, whatever it replaces."""
     to = MOVES.get((record["state"], event))
     if to is None or event is Event.CLAIM:
         raise ValueError(f"no move {event.name} from {record['state']}")
     if to == ABSENT:
         return None
+    now = round(now, 3)  # to the millisecond, as ``claim``
     new = {**record, "state": to, "owner": None, "expires": now + ttl_s}
     if to == COMPLETED:
         result, why = encode_result(value)
-        new.update(result=result, by=by, done_at=now)
+        new.update(result=result, done_at=now)
+        if by != "owner":  # who found the result; none: the claim's owner (it ran the tool)
+            new["by"] = by
         if why is not None:
             new["unrecordable"] = why  # it ran: the key replays an error that says so
     elif to == UNKNOWN:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import math
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -38,6 +39,12 @@ from .stores._base import Op, batch, in_one_trip
 
 DEFAULT_LEASE_S = 30.0
 LEASE = 1  # the value of a lease entry: its key names the owner, its TTL is the lease
+
+
+def new_owner() -> str:
+    """A new claim's owner token: 64 random bits (it names the owner's lease; only the
+    claims of one key must never share one)."""
+    return secrets.token_hex(8)
 
 
 def lease_key(rkey: str, owner: str) -> str:

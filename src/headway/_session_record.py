@@ -41,6 +41,7 @@ def dump(st: SessionState, now: float, parts: tuple[str, float] | None = None) -
     or read, never a value encoded again, and the detector steps are encoded once each.
     ``parts`` (the record's key and TTL): kept as a head and parts (``_record_parts``),
     else whole."""
+    now = round(now, 3)  # to the millisecond: written at every step, to every worker
     m = st.meter
     stop = st.stop
     agents = list(st.agents.items())[-_MAX_AGENTS:]

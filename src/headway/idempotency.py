@@ -22,7 +22,6 @@ ended UNKNOWN (§5.4): then it is a retry of that write and is reconciled the sa
 from __future__ import annotations
 
 import concurrent.futures
-import uuid
 from typing import TYPE_CHECKING, Any
 
 from . import _key_store
@@ -33,7 +32,7 @@ from ._effects import Plan
 from ._key_memory import KeyMemory
 from ._key_outcomes import not_recorded, replay_found, store_error
 from ._keylife import Event, ended, malformed, move
-from ._leases import Held
+from ._leases import Held, new_owner
 from ._reconcile import reconcile
 from ._riders import Claim, Completion, flush, with_rider
 from .outcome import EXECUTED, UNKNOWN
@@ -84,7 +83,7 @@ class Writes(KeyMemory):
     def claim_ahead(self, ctx: Context, c: Call) -> None:
         """A keyed write about to run: its claim is sent with the session record's read."""
         if c.idem_key is not None and ctx.enforce and not c.early and c.claimed is None:
-            c.rider = Claim(self.keeper, ctx, c, new_claim(ctx, c, uuid.uuid4().hex, ctx.clock()))
+            c.rider = Claim(self.keeper, ctx, c, new_claim(ctx, c, new_owner(), ctx.clock()))
 
     def unclaim(self, ctx: Context, c: Call) -> Plan[None]:
         """The call will not run after all (the session stopped): let go of the claim made

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import threading
 from typing import Any
 
@@ -184,3 +185,52 @@ def test_a_signed_store_answers_same_for_an_unchanged_value(store: headway.Store
         True,
     ]
     assert signed.get("r") is None
+
+
+def test_a_batch_finds_keys_that_share_their_first_bytes_with_the_one_before(
+    store: headway.Store,
+) -> None:
+    # a network store may send each key as its tail past what the key before shares: the
+    # shared part here ends inside a character ("è" and "é" share their first byte)
+    keys = ["éè", "éé", "é", "éé:lease", "éé", "x"]
+    ops = [Op("set", k, i) for i, k in enumerate(dict.fromkeys(keys))]
+    assert batch(store, ops) == [True] * 5
+    assert [store.get(k) for k in ("éè", "éé", "é", "éé:lease", "x")] == [0, 1, 2, 3, 4]
+    assert batch(store, [Op("get", k) for k in keys]) == [0, 1, 2, 3, 1, 4]
+
+
+@pytest.mark.parametrize("expected_ok", [True, False])
+def test_a_swap_writes_a_long_value_that_differs_a_little_from_the_one_it_replaces(
+    store: headway.Store, expected_ok: bool
+) -> None:
+    # sent as edits of the stored value (a session record's head, a completion), applied
+    # by the store's server only where the stored value is the expected one
+    old = {"ver": 13, "log": ["é" * 90, "x" * 200, "ü"], "meter": [1, 13, {"a": 3}], "t": 1.25}
+    new = {**old, "ver": 14, "log": ["é" * 90, "y", "x" * 200, "ü"], "meter": [1, 14, {"a": 4}]}
+    store.set("r", old)
+    expected = old if expected_ok else {**old, "t": 1.5}
+    done = batch(store, [Op("swap", "r", new, expected, 60), Op("get", "r", only_if=False)])
+    assert done == ([True, None] if expected_ok else [False, old])
+    assert store.get("r") == (new if expected_ok else old)
+    text = "ö," * 300  # a string value: its edits count characters or bytes alike
+    store.set("s", text)
+    assert batch(store, [Op("swap", "s", text[:100] + "ä" + text[100:], text)]) == [True]
+    assert store.get("s") == text[:100] + "ä" + text[100:]
+
+
+def test_a_long_value_changed_anywhere_is_swapped_in_exactly(store: headway.Store) -> None:
+    # edits at the start, at the end, next to each other, deletions: the server rebuilds
+    # the new value from the stored one, character for character
+    rnd = random.Random(7)
+    value = ",".join(f'{{"k{i}":[{i},"é{i}"]}}' for i in range(30))
+    store.set("r", value)
+    for _ in range(40):
+        new = list(value)
+        for _ in range(rnd.randint(1, 4)):
+            at = rnd.randint(0, len(new))
+            del new[at : at + rnd.randint(0, 6)]
+            new[at:at] = rnd.choice(["", "ü", "7", ',"x":', "[]", "{}"])
+        text = "".join(new)
+        assert batch(store, [Op("swap", "r", text, value)]) == [True]
+        value = text
+        assert store.get("r") == value

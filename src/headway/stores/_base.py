@@ -18,7 +18,7 @@ import hashlib
 import json
 import json.scanner
 from collections.abc import Sequence
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import Any, AnyStr, NamedTuple, Protocol, runtime_checkable
 
 import orjson
 
@@ -107,6 +107,22 @@ def digest(text: str, algorithm: str) -> str:
 
 
 _digests: tuple[tuple[Any, str, str], ...] = ((None, "", ""), (None, "", ""))
+
+
+def shared_prefix(a: AnyStr, b: AnyStr) -> int:
+    """How many leading characters (bytes) ``b`` has in common with ``a``: a network store
+    sends a key as its tail past what it shares with another key of the batch. Found in
+    C: the first bit where the two (as big integers) differ."""
+    n = min(len(a), len(b))
+    if isinstance(a, str):  # four bytes a character
+        x, y, width = a[:n].encode(*_UTF32), b[:n].encode(*_UTF32), 4
+    else:
+        x, y, width = a[:n], b[:n], 1
+    diff = int.from_bytes(x, "big") ^ int.from_bytes(y, "big")
+    return n - (diff.bit_length() + 8 * width - 1) // (8 * width)
+
+
+_UTF32 = ("utf-32-be", "surrogatepass")
 
 
 #: the longest idempotency key or session id, in bytes of UTF-8, that every store holds

@@ -4,7 +4,8 @@ One table; the claim is a single ``INSERT ... ON CONFLICT`` (which takes over on
 whose garbage-collection time has passed) and every transition is a single conditional
 ``UPDATE`` or ``DELETE``: never check-then-insert. A long expected value (a session
 record's head) is compared by its SHA-256, computed by the server: a swap sends the new
-value only.
+value only, in a batch as its edits of the stored one where they are shorter
+(``_delta``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import StoreError
-from ._base import DIGESTED, SAME, SAME_TEXT, Op, digest, dumps, loads
+from . import _delta
+from ._base import SAME, SAME_TEXT, Op, digest, dumps, loads, shared_prefix
 from ._urls import target
 
 try:
@@ -36,13 +38,96 @@ _LIVE = f"(gc_at IS NULL OR gc_at > {_NOW})"
 _GC = f"{_NOW} + %s"
 
 
-def _match(expected: Any) -> tuple[str, str]:
-    """The condition that the stored value is ``expected``, and its parameter: a long one
-    compared by its SHA-256, which the server computes (a swap sends the new value only)."""
+def _match(expected: Any, name: str = "") -> tuple[str, str | bytes]:
+    """The condition that the stored value is ``expected``, and its parameter (``name``:
+    a named one): a long one compared by its SHA-256, which the server computes (a swap
+    sends the new value only), sent as its 32 bytes."""
     text = dumps(expected)
-    if len(text) < DIGESTED:
-        return "value = %s", text
-    return "encode(sha256(convert_to(value, 'UTF8')), 'hex') = %s", digest(text, "sha256")
+    if len(text) < _DIGESTED:
+        return f"value = %{'(' + name + ')' if name else ''}s", text
+    param = f"%({name})b" if name else "%b"
+    return f"sha256(convert_to(value, 'UTF8')) = {param}", bytes.fromhex(digest(text, "sha256"))
+
+
+#: an expected value this long or longer is compared by its digest
+_DIGESTED = 64
+
+
+def _keys(keys: list[str], params: dict[str, Any]) -> dict[str, str]:
+    """Each key of a batch as an SQL expression, its parameters put in ``params``: a key
+    that extends a shorter one of the batch (a session's part its record's key, a lease
+    its idempotency record's) as that one's expression and its tail, any other as the
+    part all the batch's keys share and its tail: a key's text is sent about once."""
+    distinct = sorted(set(keys), key=len)
+    common = distinct[0][: shared_prefix(min(distinct), max(distinct))]
+    params["p"] = common
+    out: dict[str, str] = {}
+    for i, key in enumerate(distinct):
+        base = next((k for k in reversed(distinct[:i]) if key.startswith(k)), None)
+        head = "%(p)s" if base is None else out[base]
+        params[f"k{i}"] = key[len(common if base is None else base) :]
+        out[key] = f"({head} || %(k{i})s)"
+    return out
+
+
+def _new(op: Op, i: int, params: dict[str, Any]) -> str:
+    """A swap's new value, its parameters put in ``params``: its text, or its edits of the
+    value it replaces when they are shorter (``_delta``: a session record's head, a
+    completion). The server applies them from an array of triples (skip, copied,
+    inserted): the run of ``copied`` characters of the stored value that starts ``skip``
+    past the end of the run copied before, then the next ``inserted`` characters of the
+    inserted text ``s``."""
+    text = dumps(op.value)
+    runs = _delta.edits(dumps(op.expected), text) if len(text) >= _delta.LONG else []
+    if not runs or not _delta.worth(runs, len(text), 5):
+        params[f"v{i}"] = text
+        return f"%(v{i})s"
+    triples: list[int] = []
+    inserted: list[str] = []
+    end = 0
+    for r in runs:
+        if isinstance(r, tuple):
+            triples += (r[0] - end, r[1], 0)
+            end = r[0] + r[1]
+        else:
+            if not triples or triples[-1]:
+                triples += (0, 0, 0)
+            triples[-1] = len(r)
+            inserted.append(str(r))
+    params[f"a{i}"], params[f"s{i}"] = triples, "".join(inserted)
+    return (
+        # each run's end in the stored value and in the inserted text: sums in order
+        f"(SELECT string_agg(substr({_TABLE}.value, e.old - e.n + 1, e.n) || "
+        f"substr(%(s{i})s, e.ins - e.m + 1, e.m), '' ORDER BY e.k) FROM "
+        "(SELECT k, x.a[k + 1] AS n, x.a[k + 2] AS m, "
+        "(sum(x.a[k] + x.a[k + 1]) OVER w)::int AS old, (sum(x.a[k + 2]) OVER w)::int AS ins "
+        f"FROM (SELECT %(a{i})t::int[] AS a) x, generate_series(1, cardinality(x.a), 3) k "
+        "WINDOW w AS (ORDER BY k)) e)"
+    )
+
+
+_WRITTEN = {"1": True, "0": False, "-": None}  # a write's result in a batch's column
+
+
+def _results(ops: Sequence[Op], text: str) -> list[Any]:
+    """A batch's results from its one column: per operation, a get's 'n' (no value) or 'v',
+    its value's length, ':' and the value; a write's '1', '0', or '-' when skipped."""
+    out: list[Any] = []
+    at = 0
+    for op in ops:
+        if op.name != "get":
+            out.append(_WRITTEN[text[at]])
+            at += 1
+        elif text[at] == "n":
+            out.append(None)
+            at += 1
+        else:
+            colon = text.index(":", at)
+            end = colon + 1 + int(text[at + 1 : colon])
+            value = text[colon + 1 : end]
+            out.append(SAME if value == SAME_TEXT else loads(value))
+            at = end
+    return out
 
 
 def _reason(exc: Exception) -> str:
@@ -101,7 +186,7 @@ class PostgresStore:
         """A driver error as a ``StoreError`` whose message shows no password."""
         return StoreError(f"PostgreSQL store: {type(exc).__name__}: {self._target.hide(str(exc))}")
 
-    def _run(self, sql: str, params: tuple[Any, ...]) -> tuple[int, Any]:
+    def _run(self, sql: str, params: tuple[Any, ...] | dict[str, Any]) -> tuple[int, Any]:
         try:
             with self._pool.connection() as conn:
                 cur = conn.execute(sql, params)
@@ -152,36 +237,41 @@ class PostgresStore:
     def batch(self, ops: Sequence[Op]) -> list[Any]:
         """Several operations in one statement (one round trip, one transaction): each a
         data-modifying ``WITH`` query, its condition on the one before it. They all see
-        the table as it was before the statement (see ``_base.batch``)."""
+        the table as it was before the statement (see ``_base.batch``). Each key is sent
+        once, and the results come back in one text column (``_results``)."""
+        if not ops:
+            return []
         parts: list[str] = []
-        outs: list[str] = []
-        params: list[Any] = []
+        outs: list[str] = []  # each operation's result, as text
+        params: dict[str, Any] = {}
+        keys = _keys([self.prefix + op.key for op in ops], params)
+        ttls: dict[float | None, str] = {}
         done = "FALSE"  # whether the operation before succeeded
         for i, op in enumerate(ops):
             cond = "TRUE" if op.only_if is None else (done if op.only_if else f"NOT {done}")
-            key = self.prefix + op.key
+            key = keys[self.prefix + op.key]
             if op.name == "get":
                 shown = "value"
                 if op.expected is not None:  # '=' when the value is still the expected one
-                    same, old = _match(op.expected)
+                    same, params[f"e{i}"] = _match(op.expected, f"e{i}")
                     shown = f"CASE WHEN {same} THEN '{SAME_TEXT}' ELSE value END"
-                    params.append(old)
                 parts.append(
                     f"r{i} AS (SELECT {shown} AS value FROM {_TABLE} "
-                    f"WHERE key = %s AND {_LIVE} AND {cond})"
+                    f"WHERE key = {key} AND {_LIVE} AND {cond})"
                 )
-                params.append(key)
-                outs.append(f"(SELECT value FROM r{i})")
+                got = f"(SELECT 'v' || length(value) || ':' || value FROM r{i})"
+                outs.append(f"COALESCE({got}, 'n')")
                 done = "FALSE"
                 continue
             if op.name == "delete":
                 parts.append(
-                    f"r{i} AS (DELETE FROM {_TABLE} WHERE key = %s AND {cond} RETURNING 1)"
+                    f"r{i} AS (DELETE FROM {_TABLE} WHERE key = {key} AND {cond} RETURNING 1)"
                 )
-                params.append(key)
                 done = cond  # done when performed, whether or not the key was there
-                outs.append(f"CASE WHEN {cond} THEN TRUE END")
+                outs.append(f"CASE WHEN {cond} THEN '1' ELSE '-' END")
                 continue
+            t = ttls.setdefault(op.ttl_s, f"t{len(ttls)}")  # each time to live sent once
+            gc = f"{_NOW} + %({t})s"
             if op.name in ("set", "add"):
                 taken = (
                     ""
@@ -190,38 +280,39 @@ class PostgresStore:
                 )
                 parts.append(
                     f"r{i} AS (INSERT INTO {_TABLE} (key, value, gc_at) "
-                    f"SELECT %s, %s, {_GC} WHERE {cond} ON CONFLICT (key) DO UPDATE SET "
-                    f"value = EXCLUDED.value, gc_at = EXCLUDED.gc_at{taken} RETURNING 1)"
+                    f"SELECT {key}, %(v{i})s, {gc} WHERE {cond} ON CONFLICT (key) DO UPDATE "
+                    f"SET value = EXCLUDED.value, gc_at = EXCLUDED.gc_at{taken} RETURNING 1)"
                 )
-                params += (key, dumps(op.value), op.ttl_s)
+                params[f"v{i}"], params[t] = dumps(op.value), op.ttl_s
             elif op.name == "swap" and op.value is None:
-                same, old = _match(op.expected)
+                same, params[f"e{i}"] = _match(op.expected, f"e{i}")
                 parts.append(
-                    f"r{i} AS (DELETE FROM {_TABLE} WHERE key = %s AND {same} "
+                    f"r{i} AS (DELETE FROM {_TABLE} WHERE key = {key} AND {same} "
                     f"AND {_LIVE} AND {cond} RETURNING 1)"
                 )
-                params += (key, old)
             elif op.name == "swap":
-                same, old = _match(op.expected)
+                same, params[f"e{i}"] = _match(op.expected, f"e{i}")
                 parts.append(
-                    f"r{i} AS (UPDATE {_TABLE} SET value = %s, gc_at = {_GC} WHERE key = %s "
-                    f"AND {same} AND {_LIVE} AND {cond} RETURNING 1)"
+                    f"r{i} AS (UPDATE {_TABLE} SET value = {_new(op, i, params)}, "
+                    f"gc_at = {gc} WHERE key = {key} AND {same} AND {_LIVE} AND {cond} "
+                    "RETURNING 1)"
                 )
-                params += (dumps(op.value), op.ttl_s, key, old)
+                params[t] = op.ttl_s
             else:
                 raise StoreError(f"unknown store operation {op.name!r}")
             done = f"EXISTS (SELECT 1 FROM r{i})"
-            outs.append(f"CASE WHEN {cond} THEN {done} END")
+            outs.append(
+                f"CASE WHEN {cond} THEN CASE WHEN {done} THEN '1' ELSE '0' END ELSE '-' END"
+            )
+        columns = [" || ".join(outs) + " r"]
         durable = [op.durable for op in ops if op.name != "get"]
         if durable and not any(durable):
             # no write here needs its commit to wait for the WAL flush (a session record's,
             # ``Op.durable``): set for this statement's transaction only, read at its commit
-            outs.append("set_config('synchronous_commit', 'off', true)")
-        _, row = self._run(f"WITH {', '.join(parts)} SELECT {', '.join(outs)}", tuple(params))
-        return [
-            (SAME if r == SAME_TEXT else loads(r)) if op.name == "get" else r
-            for op, r in zip(ops, row[: len(ops)], strict=True)
-        ]
+            columns.append("set_config('synchronous_commit', 'off', true)")
+        sql = f"WITH {', '.join(parts)} SELECT {', '.join(columns)}"
+        _, row = self._run(sql, params)
+        return _results(ops, row[0])
 
     def delete(self, key: str) -> None:
         self._run(f"DELETE FROM {_TABLE} WHERE key = %s", (self.prefix + key,))

@@ -3,8 +3,9 @@
 The claim is ``SET NX PX``; compare-and-set is a one-key Lua script (``GET`` compared with
 the expected JSON, then ``SET`` or ``DEL``), so every operation touches one key. A long
 expected value (a session record's head) is sent as its SHA-1 and compared with the
-stored value's, which the server computes: a swap sends the new value only. headway's
-own keys put the session or tool in a ``{hash tag}``. Tested against a single Redis server
+stored value's, which the server computes: a swap sends the new value only, in a batch as
+its edits of the stored one where they are shorter (``_delta``). headway's own keys put
+the session or tool in a ``{hash tag}``. Tested against a single Redis server
 only (not Redis Cluster).
 """
 
@@ -14,7 +15,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import ConfigError, StoreError
-from ._base import DIGESTED, SAME, SAME_TEXT, Op, digest, dumps, loads
+from . import _delta
+from ._base import SAME, SAME_TEXT, Op, digest, dumps, loads, shared_prefix
 from ._urls import target
 
 try:
@@ -27,7 +29,8 @@ _SWAP = """
 local current = redis.call('GET', KEYS[1])
 if not current then return 0 end
 if string.byte(ARGV[2], 1) == 35 then
-  if redis.sha1hex(current) ~= string.sub(ARGV[2], 2) then return 0 end
+  local hexed = string.format(string.rep('%02x', 20), string.byte(ARGV[2], 2, 21))
+  if redis.sha1hex(current) ~= hexed then return 0 end
 elseif current ~= ARGV[2] then return 0 end
 if ARGV[3] == '' then redis.call('DEL', KEYS[1])
 elseif ARGV[1] == '' then redis.call('SET', KEYS[1], ARGV[3])
@@ -36,39 +39,75 @@ return 1
 """
 
 
-# ``batch``: ARGV[1] = the number of operations n; operation i is ARGV[4i-2 .. 4i+1] =
-# name, condition ('1', '0' or ''), PX ('' for none), the index of its key in KEYS (each
-# key sent once: a session's record is often read back after its swap); then the values,
-# in the operations' order: one for a set or an add, two for a swap (its new value, '' to
-# delete, then its expected one), one for a get with an expected value ('getx'), none for
-# a get or a delete. An expected value written '#' and
-# a SHA-1 (never a JSON text) is compared with the stored value's digest. Results: a
-# get's value (nil when absent; '=' for a getx whose value is the expected one), 1 or 0
-# for the others, nil when skipped.
+# ``batch``: ARGV[1] is the batch's layout, words separated by spaces: the number of keys
+# k, then for each key how many of its leading bytes are the previous key's (a session's
+# part extends its record's key, a lease its idempotency record's: each is sent as its
+# tail), the number of distinct PX values p and those, then a word per operation: a
+# letter for its name (get, x: a get with an expected value, del, swap, set, add), its
+# condition ('1', '0' or '-'), the number of its key, and '.' and the number of its PX
+# if it has one. ARGV[2 .. k+1] are the keys' tails; then come the values, in the
+# operations' order: one for a set or an add, two for a swap (its new value, '' to delete,
+# then its expected one), one for an x, none for a get or a del. A swap's new value may
+# come as '~' and edits of the value it replaces (``_delta``): 'skip,length;' copies a run
+# of it that starts skip bytes past the end of the run copied before, '+length;' and that
+# many bytes are inserted. An expected value written '#' and the 20 bytes of a SHA-1 (never
+# a JSON text) is compared with the stored value's digest. Results: a get's value (nil when absent; '='
+# for an x whose value is the expected one), 1 or 0 for the others, nil when skipped. The
+# keys are built here: a single server, never Redis Cluster.
 _BATCH = """
 local function same(current, expected)
   if not current then return false end
   if string.byte(expected, 1) == 35 then
-    return redis.sha1hex(current) == string.sub(expected, 2)
+    local hexed = string.format(string.rep('%02x', 20), string.byte(expected, 2, 21))
+    return redis.sha1hex(current) == hexed
   end
   return current == expected
 end
-local n = tonumber(ARGV[1])
-local out, last, data = {}, nil, 4 * n + 2
-for i = 1, n do
-  local name, cond, px, r = ARGV[4 * i - 2], ARGV[4 * i - 1], ARGV[4 * i], 0
-  local key = KEYS[tonumber(ARGV[4 * i + 1])]
+local function patch(base, e)
+  local out, pos, at = {}, 2, 0
+  while pos <= #e do
+    local semi = string.find(e, ';', pos, true)
+    if string.byte(e, pos) == 43 then
+      local n = tonumber(string.sub(e, pos + 1, semi - 1))
+      out[#out + 1] = string.sub(e, semi + 1, semi + n)
+      pos = semi + n + 1
+    else
+      local comma = string.find(e, ',', pos, true)
+      local from = at + tonumber(string.sub(e, pos, comma - 1))
+      at = from + tonumber(string.sub(e, comma + 1, semi - 1))
+      out[#out + 1] = string.sub(base, from + 1, at)
+      pos = semi + 1
+    end
+  end
+  return table.concat(out)
+end
+local d = {}
+for w in string.gmatch(ARGV[1], '%S+') do d[#d + 1] = w end
+local k = tonumber(d[1])
+local keys, prev = {}, ''
+for i = 1, k do
+  prev = string.sub(prev, 1, tonumber(d[i + 1])) .. ARGV[i + 1]
+  keys[i] = prev
+end
+local p = tonumber(d[k + 2])
+local out, last, data = {}, nil, k + 2
+for i = 1, #d - k - p - 2 do
+  local name, cond, at, px = string.match(d[k + p + 2 + i], '^(%a)(.)(%d+)%.?(%d*)$')
+  local key, r = keys[tonumber(at)], 0
+  if px ~= '' then px = d[k + 2 + tonumber(px)] end
   local value = ARGV[data]
-  if name == 'swap' then data = data + 2
-  elseif name ~= 'get' and name ~= 'del' then data = data + 1 end
+  if name == 'w' then data = data + 2
+  elseif name ~= 'g' and name ~= 'd' then data = data + 1 end
   if (cond == '1' and last ~= 1) or (cond == '0' and last == 1) then r = false
-  elseif name == 'get' then r = redis.call('GET', key)
-  elseif name == 'getx' then
+  elseif name == 'g' then r = redis.call('GET', key)
+  elseif name == 'x' then
     r = redis.call('GET', key)
     if same(r, value) then r = '=' end
-  elseif name == 'del' then redis.call('DEL', key); r = 1
-  elseif name == 'swap' then
-    if same(redis.call('GET', key), ARGV[data - 1]) then
+  elseif name == 'd' then redis.call('DEL', key); r = 1
+  elseif name == 'w' then
+    local current = redis.call('GET', key)
+    if same(current, ARGV[data - 1]) then
+      if string.byte(value, 1) == 126 then value = patch(current, value) end
       if value == '' then redis.call('DEL', key)
       elseif px == '' then redis.call('SET', key, value)
       else redis.call('SET', key, value, 'PX', px) end
@@ -76,7 +115,7 @@ for i = 1, n do
     end
   else
     local args = {'SET', key, value}
-    if name == 'add' then args[#args + 1] = 'NX' end
+    if name == 'a' then args[#args + 1] = 'NX' end
     if px ~= '' then args[#args + 1] = 'PX'; args[#args + 1] = px end
     if redis.call(unpack(args)) then r = 1 end
   end
@@ -85,13 +124,39 @@ end
 return out
 """
 
+#: an expected value this long or longer is sent as '#' and its SHA-1 (21 bytes)
+_DIGESTED = 32
 
-def _expected(value: Any) -> str:
-    """An expected value as sent: its text, or '#' and its SHA-1 when it is long."""
+
+def _expected(text: str) -> str | bytes:
+    """An expected value (its stored text) as sent: that text, or '#' and its SHA-1's 20
+    bytes when it is long."""
+    return b"#" + bytes.fromhex(digest(text, "sha1")) if len(text) >= _DIGESTED else text
+
+
+def _new(value: Any, expected: str) -> str | bytes:
+    """A swap's new value as sent: '' to delete, its text, or '~' and its edits of the
+    expected value's text when they are shorter (a completion)."""
+    if value is None:
+        return ""
     text = dumps(value)
-    return "#" + digest(text, "sha1") if len(text) >= DIGESTED else text
+    if len(text) < _delta.LONG:
+        return text
+    new = text.encode()
+    runs = _delta.edits(expected.encode(), new)
+    if not _delta.worth(runs, len(new), 6):
+        return text
+    out, end = [b"~"], 0
+    for r in runs:
+        if isinstance(r, tuple):
+            out.append(b"%d,%d;" % (r[0] - end, r[1]))
+            end = r[0] + r[1]
+        else:
+            out += (b"+%d;" % len(r), bytes(r))  # type: ignore[arg-type]
+    return b"".join(out)
 
 
+_LETTERS = {"get": "g", "x": "x", "delete": "d", "swap": "w", "set": "s", "add": "a"}
 _ONE_WRITE = 1 << 20  # a command up to this size is sent in one socket write
 
 
@@ -173,33 +238,48 @@ class RedisStore:
     def swap(self, key: str, expected: Any, value: Any | None, ttl_s: float | None = None) -> bool:
         new = "" if value is None else dumps(value)
         px = _px(ttl_s)
-        args = ["" if px is None else px, _expected(expected), new]
+        args = ["" if px is None else px, _expected(dumps(expected)), new]
         return bool(self._do(self._swap, keys=[self._k(key)], args=args))
 
     def batch(self, ops: Sequence[Op]) -> list[Any]:
-        """Several operations in one script: one round trip (see ``_base.batch``). Their
-        keys need not share a hash slot: a single server, not Redis Cluster."""
+        """Several operations in one script: one round trip (see ``_base.batch``), its
+        layout in one argument and each key sent once, as its tail past what it shares
+        with the key before. Their keys need not share a hash slot: a single server, not
+        Redis Cluster."""
         keys: dict[str, int] = {}  # each key once, numbered from 1 as in Lua
-        args: list[Any] = [len(ops)]
-        values: list[str] = []
+        pxs: dict[int, int] = {}  # each PX once, numbered from 1
+        words: list[str] = []
+        values: list[str | bytes] = []
         for op in ops:
             px = _px(op.ttl_s)
             name = op.name
             if name == "swap":
-                values += ("" if op.value is None else dumps(op.value), _expected(op.expected))
+                old = dumps(op.expected)
+                values += (_new(op.value, old), _expected(old))
             elif name in ("set", "add"):
                 values.append(dumps(op.value))
             elif name == "get" and op.expected is not None:
-                name = "getx"
-                values.append(_expected(op.expected))
-            elif name == "delete":
-                name = "del"
-            elif name != "get":
+                name = "x"
+                values.append(_expected(dumps(op.expected)))
+            elif name not in ("get", "delete"):
                 raise StoreError(f"unknown store operation {op.name!r}")
-            cond = "" if op.only_if is None else ("1" if op.only_if else "0")
+            cond = "-" if op.only_if is None else ("1" if op.only_if else "0")
             at = keys.setdefault(self._k(op.key), len(keys) + 1)
-            args += (name, cond, "" if px is None or op.name == "get" else str(px), at)
-        replies = self._do(self._batch, keys=list(keys), args=args + values)
+            word = f"{_LETTERS[name]}{cond}{at}"
+            if px is not None and op.name not in ("get", "delete"):
+                word += f".{pxs.setdefault(px, len(pxs) + 1)}"
+            words.append(word)
+        shared: list[str] = []
+        tails: list[bytes] = []
+        prev = b""
+        for key in keys:
+            raw = key.encode()
+            n = shared_prefix(prev, raw)
+            shared.append(str(n))
+            tails.append(raw[n:])
+            prev = raw
+        layout = " ".join([str(len(keys)), *shared, str(len(pxs)), *map(str, pxs), *words])
+        replies = self._do(self._batch, keys=[], args=[layout, *tails, *values])
         return [
             (SAME if r == SAME_TEXT else loads(r))
             if op.name == "get"
