@@ -234,3 +234,93 @@ def test_a_long_value_changed_anywhere_is_swapped_in_exactly(store: headway.Stor
         assert batch(store, [Op("swap", "r", text, value)]) == [True]
         value = text
         assert store.get("r") == value
+
+
+_ODD = [
+    "a",
+    "é",
+    "€",
+    "😀",
+    ",",
+    ":",
+    "[",
+    "]",
+    "{",
+    "}",
+    '"',
+    "\\",
+    " ",
+    "0",
+    "\n",
+    "\x00",
+    "\u2028",
+]
+
+
+def _text(rnd: random.Random, n: int) -> str:
+    return "".join(rnd.choice(_ODD) for _ in range(n))
+
+
+def _value(rnd: random.Random, depth: int = 0) -> Any:
+    k = rnd.random()
+    if depth > 2 or k < 0.3:
+        return rnd.choice(
+            [_text(rnd, rnd.randint(0, 30)), rnd.randint(-(10**20), 10**20), rnd.random(), -0.0]
+        )
+    if k < 0.6:
+        return [_value(rnd, depth + 1) for _ in range(rnd.randint(0, 5))]
+    return {_text(rnd, rnd.randint(0, 4)): _value(rnd, depth + 1) for _ in range(rnd.randint(0, 5))}
+
+
+def _record(rnd: random.Random) -> dict[str, Any]:  # long: its swaps may go as edits
+    return {"head": _text(rnd, 150), "body": [_value(rnd) for _ in range(rnd.randint(1, 6))]}
+
+
+def _changed(rnd: random.Random, value: Any) -> Any:
+    if isinstance(value, dict) and value and rnd.random() < 0.8:
+        return {**value, rnd.choice(list(value)): _value(rnd, 2)}
+    return _record(rnd)
+
+
+@pytest.mark.parametrize("signed", [False, True])
+def test_random_batches_answer_and_store_what_the_memory_store_does(
+    store: headway.Store, signed: bool
+) -> None:
+    # the wire formats of the network stores (keys as tails of the key before, swaps as
+    # edits of the stored value, digests for long expected values) change nothing a batch
+    # returns or leaves in the store: every batch within the contract (a key written once,
+    # read after its write only when that failed) against MemoryStore's answers
+    rnd = random.Random(11 + signed)
+    ref: Any = headway.MemoryStore()
+    under: Any = store
+    if signed:
+        under, ref = SignedStore(store, b"k" * 32), SignedStore(ref, b"k" * 32)
+    keys = ["bé", "bè", "bé:lease:é", "b😀", "b😁", "b"]
+    for n in range(60):
+        ops: list[Op] = []
+        written: set[str] = set()
+        for _ in range(rnd.randint(1, 5)):
+            if ops and ops[-1].name != "get" and rnd.random() < 0.3:
+                ops.append(Op("get", ops[-1].key, only_if=False))
+                continue
+            key = rnd.choice([k for k in keys if k not in written])
+            only = rnd.choice([None, True, False]) if ops else None
+            ttl = rnd.choice([None, 60.0])
+            now = ref.get(key)
+            kind = rnd.choice(["get", "getx", "set", "add", "swap", "stale swap", "delete"])
+            if kind == "get":
+                ops.append(Op("get", key, only_if=only))
+            elif kind == "getx":
+                ops.append(Op("get", key, None, now or _record(rnd), only_if=only))
+            elif kind in ("set", "add"):
+                ops.append(Op(kind, key, _record(rnd), ttl_s=ttl, only_if=only))
+            elif kind == "delete":
+                ops.append(Op("delete", key, only_if=only))
+            else:
+                expected = now if kind == "swap" and now is not None else _changed(rnd, now)
+                new = None if rnd.random() < 0.1 else _changed(rnd, expected)
+                ops.append(Op("swap", key, new, expected, ttl, only_if=only))
+            if ops[-1].name != "get":
+                written.add(key)
+        assert batch(under, ops) == batch(ref, ops), (n, ops)
+        assert [under.get(k) for k in keys] == [ref.get(k) for k in keys], n
