@@ -35,8 +35,13 @@ def test_a_completion_written_by_the_version_before_is_replayed_not_run_again(
     store: headway.Store,
 ) -> None:
     ran: list[Any] = []
+
+    def pay(order: Any) -> dict[str, Any]:
+        ran.append(order)
+        return {"ok": order}
+
     gov = headway.Governor(store=store, audit=[])
-    gov.register("pay", lambda order: ran.append(order) or {"ok": order}, effect="write")
+    gov.register("pay", pay, effect="write")
     store.set(gov.idempotency_record_key("k"), _earlier_completion({"order": 1}, {"ok": 1}))
     out = gov.session("run").call("pay", {"order": 1}, idempotency_key="k")
     assert (out.status, out.value, ran) == (Status.REPLAYED, {"ok": 1}, [])

@@ -70,7 +70,7 @@ def test_a_postgres_batch_of_lazy_writes_commits_without_waiting_for_the_flush()
     sent: list[str] = []
 
     class Spy(PostgresStore):
-        def _run(self, sql: str, params: tuple[Any, ...]) -> tuple[int, Any]:
+        def _run(self, sql: str, params: tuple[Any, ...] | dict[str, Any]) -> tuple[int, Any]:
             sent.append(sql)
             return super()._run(sql, params)
 
