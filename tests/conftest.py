@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 import headway
@@ -190,3 +191,18 @@ class Recording:
     def batch(self, ops: list[Op]) -> list[Any]:
         self.batches.append(list(ops))
         return batch(self.inner, ops)
+
+
+def stored(store: Any, key: str) -> Any:
+    """The session record under ``key`` as a worker reads it, its parts joined (a dict;
+    None when absent)."""
+    from headway import _record_parts
+
+    text = store.get(key)
+    rec: Any = None if text is None else orjson.loads(text)
+    if _record_parts.layout(rec) is not None:
+        names = _record_parts.needed(rec)
+        texts = {n: store.get(f"{key}:{n}") for n in names}
+        held = {n: _record_parts.parse_part(t) for n, t in texts.items() if isinstance(t, str)}
+        _record_parts.join(rec, held)
+    return rec

@@ -14,8 +14,7 @@ import orjson
 import pytest
 
 import headway
-from conftest import make_store, present
-from headway._session_record import stored
+from conftest import make_store, present, stored
 from headway.stores._base import Op, batch
 
 SHARED = [

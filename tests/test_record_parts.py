@@ -11,8 +11,7 @@ import orjson
 import pytest
 
 import headway
-from conftest import Recording, present
-from headway._session_record import stored
+from conftest import Recording, present, stored
 from headway.stores._base import Op
 
 
@@ -147,13 +146,19 @@ def test_a_head_read_by_an_earlier_version_has_every_field_and_empty_windows(
     assert head["mon"]["w"] == [] and head["steps"] == 1 and len(whole["mon"]["w"]) == 1
 
 
+def _after_three_steps(path: Path) -> tuple[headway.Governor, headway.Governor]:
+    """Two workers on one SQLite file, the first having made three steps of run "r"."""
+    a, b = _gov(headway.SQLiteStore(str(path))), _gov(headway.SQLiteStore(str(path)))
+    for n in range(3):
+        a.session("r").call("search", {"q": f"a{n}"})
+    return a, b
+
+
 def test_a_part_gone_from_the_store_leaves_the_run_going_without_those_steps(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "s.db"
-    a, b = _gov(headway.SQLiteStore(str(path))), _gov(headway.SQLiteStore(str(path)))
-    for n in range(3):
-        a.session("r").call("search", {"q": n})
+    a, b = _after_three_steps(path)
     for key in _parts(path, a, "r"):
         a.store.delete(key)
     out = b.session("r").call("search", {"q": 3})
@@ -185,9 +190,7 @@ def test_a_worker_holding_a_part_the_store_lost_reads_the_one_written_again_unde
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "s.db"
-    a, b = _gov(headway.SQLiteStore(str(path))), _gov(headway.SQLiteStore(str(path)))
-    for n in range(3):
-        a.session("r").call("search", {"q": f"a{n}"})
+    _, b = _after_three_steps(path)
     with sqlite3.connect(path) as conn:  # the store as a snapshot keeps it
         rows = conn.execute("SELECT key, value, gc_at FROM headway_kv").fetchall()
     sb = b.session("r")

@@ -87,7 +87,8 @@ def unpack(
     for block, skip in blocks:
         data = block.data
         if isinstance(data, bytes):
-            entries = marshal.loads(zlib.decompress(data, -15))  # noqa: S302 (bytes this process wrote)
+            # bytes this process wrote
+            entries = marshal.loads(zlib.decompress(data, -15))  # noqa: S302
             out.extend(unpacked(e, block.make, session) for e in entries[skip:])
         else:
             out.extend(data[skip:])

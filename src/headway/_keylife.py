@@ -95,7 +95,8 @@ def move(
 ) -> dict[str, Any] | None:
     """The record after ``event`` (None: ABSENT). RETURNED and FOUND keep ``value`` (and
     ``by``, who found it: a late attempt, reconcile, shadow mode; absent: the owner, as
-    records of earlier versions say ``"owner"``); FAILED keeps ``error``. A CLAIM's record is ``claim()``'s, whatever it replaces."""
+    records of earlier versions say ``"owner"``); FAILED keeps ``error``. A CLAIM's record
+    is ``claim()``'s, whatever it replaces."""
     to = MOVES.get((record["state"], event))
     if to is None or event is Event.CLAIM:
         raise ValueError(f"no move {event.name} from {record['state']}")

@@ -98,10 +98,11 @@ class Recurrence:
         back to the last step that brought something new (0 below three).
 
         ``args`` is the call's canonical JSON as the audit shows it (cut past 300
-        characters), ``args_id`` a digest of the whole of it; ``text`` its result, None when there is no
-        result to compare (an error, a served result); ``read`` whether the call is a read
-        (a write's result is its acknowledgement, not a state: only the same write counts);
-        ``fresh_write`` a write with arguments not seen before (progress by §4.1)."""
+        characters), ``args_id`` a digest of the whole of it; ``text`` its result, None
+        when there is no result to compare (an error, a served result); ``read`` whether
+        the call is a read (a write's result is its acknowledgement, not a state: only the
+        same write counts); ``fresh_write`` a write with arguments not seen before
+        (progress by §4.1)."""
         parsed = _parse(args)
         resolved, element = self._target(parsed, args, targets)
         # the whole arguments' digest (``args`` is cut for the audit) unless an element

@@ -138,9 +138,9 @@ def load(
 
 def _load(st: SessionState, text: str | None, now: float, floor: int, parts: Any = None) -> None:
     rec: Any = None if text is None else orjson.loads(text)
-    if rec is not None:  # a part not read (gone: ``_shared`` says so): its steps left out
-        _record_parts.join(rec, parts or st.parts)
     if rec is not None:
+        # a part not read (gone: ``_shared`` says so): its steps left out
+        _record_parts.join(rec, parts or st.parts)
         version = rec.get("ver", 0)  # absent from records of older versions
         if type(version) is not int:
             raise TypeError("a session record's version is an integer")
@@ -234,17 +234,3 @@ def read_parts(ctx: Context, st: SessionState, rec: Any) -> Plan[tuple[Any, dict
             break  # past the last try: the record whose parts were read (no longer stored)
         rec = now
     return rec, found
-
-
-def stored(store: Any, key: str) -> Any:
-    """The session record under ``key`` as a worker reads it, its parts joined (a dict;
-    None when absent): for tests and for looking at a run."""
-    text = store.get(key)
-    rec = _parsed(text)
-    p = _record_parts.layout(rec)
-    if p is not None:
-        names = _record_parts.needed(rec)
-        parts = {n: store.get(f"{key}:{n}") for n in names}
-        held = {n: _record_parts.parse_part(t) for n, t in parts.items() if isinstance(t, str)}
-        _record_parts.join(rec, held)
-    return rec

@@ -146,12 +146,15 @@ def _update(
         mine = "" if w.part is None else w.part[0][len(key) + 1 :]
         # write epochs owed (a write's): published in the same round trip
         carries = (c is not None and c.rider is not None) or (
-            expected is not None and (in_one_trip(store) or (c is not None and c.guard is not None))
+            expected is not None and (split or (c is not None and c.guard is not None))
         )
         r = _epochs.ride(ctx, st.epochs) if carries else None
         extra = r.ops if r is not None else []
         rest: list[Any] = []
-        n = len(parts)
+        # after the record's write: its parts, the record read back if the write did not
+        # happen, the epochs owed
+        tail = [*parts, Op("get", key, only_if=False), *extra]
+        back: list[Any] | None = None  # what ``tail`` returned
         try:
             if c is not None and c.rider is not None:
                 # with the keyed write's claim or completion; chained to a completion
@@ -162,10 +165,7 @@ def _update(
                     if expected is None
                     else Op("swap", key, new, expected, ttl, durable=durable)
                 )
-                done, *rest = yield from with_rider(
-                    ctx, c, [first, *parts, Op("get", key, only_if=False), *extra], chained=True
-                )
-                current, rest = rest[n], rest[n + 1 :]
+                done, *back = yield from with_rider(ctx, c, [first, *tail], chained=True)
                 ok = done is True
             elif expected is None:
                 if parts:
@@ -177,23 +177,21 @@ def _update(
                 # epochs are still those it was held under (``_epochs``), else ``Moved``
                 guard, c.guard = c.guard, None
                 swap = Op("swap", key, new, expected, ttl, only_if=True, durable=durable)
-                _, done, *rest = yield trip(
-                    store, [guard, swap, *parts, Op("get", key, only_if=False), *extra]
-                )
-                current, rest = rest[n], rest[n + 1 :]
+                _, done, *back = yield trip(store, [guard, swap, *tail])
                 ok = done is True
-            elif in_one_trip(store):  # the record read back in the same round trip
+            elif split:  # the record read back in the same round trip
                 # the store's own method: a SQLite store runs it on the event loop (inline)
                 # (with a rider, above, the idempotency record keeps the batch durable)
                 swap = Op("swap", key, new, expected, ttl, durable=durable)
-                done, *rest = yield Blocking(
+                done, *back = yield Blocking(
                     store.batch,  # type: ignore[attr-defined]  # in_one_trip: it has one
-                    ([swap, *parts, Op("get", key, only_if=False), *extra],),
+                    ([swap, *tail],),
                 )
-                current, rest = rest[n], rest[n + 1 :]
                 ok = done is True
             else:
                 ok = yield Blocking(store.swap, (key, expected, new, ttl))
+            if back is not None:
+                current, rest = back[len(parts)], back[len(parts) + 1 :]
             _epochs.landed(r, rest)
             r = None
             if not ok:

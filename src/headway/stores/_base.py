@@ -89,9 +89,6 @@ SAME: Any = _Same()
 #: a stored value's reply for ``SAME`` on the wire: never a JSON text
 SAME_TEXT = "="
 
-#: an expected value at least this long is compared by its digest (on the store's server)
-DIGESTED = 128
-
 
 def digest(text: str, algorithm: str) -> str:
     """The hex digest of a stored text, as a store's server computes it; remembered for the

@@ -51,9 +51,9 @@ return 1
 # come as '~' and edits of the value it replaces (``_delta``): 'skip,length;' copies a run
 # of it that starts skip bytes past the end of the run copied before, '+length;' and that
 # many bytes are inserted. An expected value written '#' and the 20 bytes of a SHA-1 (never
-# a JSON text) is compared with the stored value's digest. Results: a get's value (nil when absent; '='
-# for an x whose value is the expected one), 1 or 0 for the others, nil when skipped. The
-# keys are built here: a single server, never Redis Cluster.
+# a JSON text) is compared with the stored value's digest. Results: a get's value (nil
+# when absent; '=' for an x whose value is the expected one), 1 or 0 for the others, nil
+# when skipped. The keys are built here: a single server, never Redis Cluster.
 _BATCH = """
 local function same(current, expected)
   if not current then return false end
