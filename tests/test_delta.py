@@ -50,3 +50,16 @@ def test_the_shared_start_of_two_texts_is_found_in_characters_and_in_bytes(
         (i for i, (x, y) in enumerate(zip(ea, eb, strict=False)) if x != y), min(len(ea), len(eb))
     )
     assert shared_prefix(ea, eb) == same
+
+
+def test_a_head_changed_at_its_start_middle_and_end_sends_only_those_fields() -> None:
+    """A session record's head, held as a JSON string (its quotes escaped): the step's
+    counters at the start, the window's last step in the middle and the parts' versions at
+    the end change; the fields between them are copied, in characters and in bytes."""
+    old = {"ver": 13, "steps": 13, "w": "é" * 150, "rk": 'pay:{"n":1}', "x": "ab" * 150, "v": 13}
+    new = {**old, "ver": 14, "steps": 14, "rk": 'pay:{"n":2}', "v": 14}
+    a, b = (json.dumps(json.dumps(x, separators=(",", ":"))) for x in (old, new))
+    runs, byte_runs = edits(a, b), edits(a.encode(), b.encode())
+    assert apply(a, runs) == b and apply(a.encode(), byte_runs) == b.encode()
+    for r in (runs, byte_runs):
+        assert sum(len(x) for x in r if not isinstance(x, tuple)) < 60
