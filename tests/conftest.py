@@ -202,7 +202,6 @@ def stored(store: Any, key: str) -> Any:
     rec: Any = None if text is None else orjson.loads(text)
     if _record_parts.layout(rec) is not None:
         names = _record_parts.needed(rec)
-        texts = {n: store.get(f"{key}:{n}") for n in names}
-        held = {n: _record_parts.parse_part(t) for n, t in texts.items() if isinstance(t, str)}
-        _record_parts.join(rec, held)
+        parts = {n: _record_parts.parse_part(store.get(f"{key}:{n}")) for n in names}
+        _record_parts.join(rec, {n: p for n, p in parts.items() if p is not None})
     return rec

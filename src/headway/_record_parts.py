@@ -5,7 +5,8 @@ entries, a few hundred bytes each) and change by a step at a time: the oldest le
 the newest comes. So the record's head holds everything else, and each of these lists
 as the parts that hold its items::
 
-    head["P"] = {"id": run token, "v": [[version, count], ...], "k": [[agent, field, skip], ...]}
+    head["P"] = {"id": run token, "v": [[version, count], ...], "k": [[agent, field, skip], ...],
+                 "h": the parts' chain}
     part "{session key}:{id}:{version}" = {"t": time, "r": [[agent, field], ...],
                                            "i": [[agent, field, [item, ...]], ...]}
 
@@ -18,6 +19,13 @@ the items new since the head it replaces, and drops the parts whose items have a
 it lacks: none when it wrote the head itself. The head keeps these lists empty, where an
 earlier version of headway reads them (a worker of that version sees empty windows).
 
+A part's name is unique while the store keeps what it acknowledged. A store that loses
+recent writes (a restart from a snapshot, a failover) lets another worker write the same
+version again, with other steps, under the same name. So the head holds a digest of its
+parts' contents, in order (``h``, 48 bits: the chance that a part written again looks
+unchanged): a worker whose held parts do not make it reads them from the store, and parts
+read from the store that do not make it are left out like parts gone.
+
 A part lives twice the session's TTL and a head references only parts written in the
 last half of it: a part outlives every head that names it. A head that would name a part
 older than that, or more parts than twice its longest list has items (at least
@@ -26,8 +34,9 @@ older than that, or more parts than twice its longest list has items (at least
 
 from __future__ import annotations
 
+import hashlib
 import secrets
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
 import orjson
@@ -40,19 +49,38 @@ ListPath = tuple[str | None, str]  # (agent, field)
 
 
 class Part(NamedTuple):
-    """A part as held in memory: its time, the lists it resets, its items as JSON texts."""
+    """A part as held in memory: its time, the lists it resets, its items as JSON texts,
+    and a digest of these (``make_part``)."""
 
     t: float
     resets: frozenset[ListPath]
     items: dict[ListPath, list[str]]
+    digest: bytes
+
+
+def make_part(t: float, resets: frozenset[ListPath], items: dict[ListPath, list[str]]) -> Part:
+    """A part, its digest taken over what a reader of its stored value gets again."""
+    text = orjson.dumps(
+        [
+            t,
+            sorted([a or "", a is None, f] for a, f in resets),  # a set: in no fixed order
+            [[a, f, orjson.Fragment("[" + ",".join(xs) + "]")] for (a, f), xs in items.items()],
+        ]
+    )
+    return Part(t, resets, items, hashlib.blake2b(text, digest_size=8).digest())
+
+
+def chain(parts: Iterable[Part]) -> str:
+    """The digest of these parts' contents in this order (a head's ``h``)."""
+    return hashlib.blake2b(b"".join(p.digest for p in parts), digest_size=6).hexdigest()
 
 
 class Written(NamedTuple):
-    """A record write: the head's text, the part to write (its key and text), if any, and
+    """A record write: the head's text, the part to write (its key and value), if any, and
     the keys of the parts it no longer needs."""
 
     head: str
-    part: tuple[str, str] | None
+    part: tuple[str, dict[str, Any]] | None
     dropped: list[str]
 
 
@@ -86,7 +114,12 @@ def _runs(vs: list[int]) -> list[list[int]]:
 def needed(rec: Any) -> list[str]:
     """The names (token:version) of the parts a head references."""
     p = layout(rec)
-    return [] if p is None else [f"{p['id']}:{v}" for v in versions(p)]
+    return [] if p is None else names_in(p)
+
+
+def names_in(p: dict[str, Any]) -> list[str]:
+    """The names (token:version) of the parts a head's part list ``p`` references."""
+    return [f"{p['id']}:{v}" for v in versions(p)]
 
 
 def _monitors(rec: dict[str, Any]) -> Iterator[tuple[str | None, dict[str, Any]]]:
@@ -110,26 +143,36 @@ def take_lists(
     return out
 
 
-def parse_part(text: str) -> Part:
-    """A part as read from the store."""
-    data = orjson.loads(text)
-    return Part(
-        data["t"],
-        frozenset((a, f) for a, f in data["r"]),
-        {(a, f): [orjson.dumps(x).decode() for x in xs] for a, f, xs in data["i"]},
-    )
+def parse_part(stored: Any) -> Part | None:
+    """A part as read from the store (a JSON object; a JSON text from an earlier version),
+    or None when it is not one."""
+    try:
+        data = orjson.loads(stored) if isinstance(stored, str) else stored
+        return make_part(
+            float(data["t"]),
+            frozenset((a, f) for a, f in data["r"]),
+            {(a, f): [orjson.dumps(x).decode() for x in xs] for a, f, xs in data["i"]},
+        )
+    except (KeyError, TypeError, ValueError, orjson.JSONEncodeError):
+        return None
 
 
-def part_text(part: Part) -> str:
+def part_value(part: Part) -> dict[str, Any]:
+    """A part as the store keeps it: a JSON object, not a JSON text in a string, whose
+    quotes a store would escape again (about 15% more bytes to send)."""
     items = [[a, f, orjson.Fragment("[" + ",".join(xs) + "]")] for (a, f), xs in part.items.items()]
-    return orjson.dumps({"t": part.t, "r": [list(p) for p in part.resets], "i": items}).decode()
+    value: dict[str, Any] = orjson.loads(
+        orjson.dumps({"t": part.t, "r": [list(p) for p in part.resets], "i": items})
+    )
+    return value
 
 
 def lists_of(p: dict[str, Any], parts: dict[str, Part]) -> dict[ListPath, list[str]] | None:
-    """The lists a head's parts make (None: a part is not held here)."""
+    """The lists a head's parts make (None: a part is not held here, or those held are not
+    the head's)."""
     token = p["id"]
     held = [parts.get(f"{token}:{v}") for v in versions(p)]
-    if any(part is None for part in held):
+    if any(part is None for part in held) or not mine(p, held):  # type: ignore[arg-type]
         return None
     out: dict[ListPath, list[str]] = {}
     for agent, field, skip in p["k"]:
@@ -142,6 +185,12 @@ def lists_of(p: dict[str, Any], parts: dict[str, Part]) -> dict[ListPath, list[s
             items += part.items.get(path, ())
         out[path] = items[skip:]
     return out
+
+
+def mine(p: dict[str, Any], held: list[Part]) -> bool:
+    """Whether these parts are the ones the head whose part list is ``p`` names (a head
+    written by an earlier version holds no chain: yes)."""
+    return "h" not in p or p["h"] == chain(held)
 
 
 def join(rec: dict[str, Any], parts: dict[str, Part]) -> bool:
@@ -243,7 +292,7 @@ def split(
         del skips[path]  # an agent no longer kept
     part = None
     if resets or new_items:
-        part = parts[f"{token}:{version}"] = Part(now, frozenset(resets), new_items)
+        part = parts[f"{token}:{version}"] = make_part(now, frozenset(resets), new_items)
         kept.append(version)
         held.append(part)
     # each list's start: the last part that resets it (the parts before give it nothing)
@@ -270,7 +319,12 @@ def split(
             continue
         break
     head = dict(rec)
-    head["P"] = {"id": token, "v": _runs(kept), "k": [[a, f, s] for (a, f), s in skips.items()]}
+    head["P"] = {
+        "id": token,
+        "v": _runs(kept),
+        "k": [[a, f, s] for (a, f), s in skips.items()],
+        "h": chain(held),
+    }
     return head, part, dropped, Layout(token, kept, skips, lists, held)
 
 

@@ -41,13 +41,14 @@ def dump(st: SessionState, now: float, parts: tuple[str, float] | None = None) -
     or read, never a value encoded again, and the detector steps are encoded once each.
     ``parts`` (the record's key and TTL): kept as a head and parts (``_record_parts``),
     else whole."""
-    now = round(now, 3)  # to the millisecond: written at every step, to every worker
+    now = round(now, 3)  # to the millisecond: a part's time, written to every worker
     m = st.meter
     stop = st.stop
     agents = list(st.agents.items())[-_MAX_AGENTS:]
     record = {
         "ver": st.version + 1,  # newer than every record seen here (``_load``)
-        "t": now,
+        # no time: no worker of any version reads it (a part has its own), and it would be
+        # sent at every step
         "steps": st.steps,
         "stop": None
         if stop is None
@@ -89,7 +90,7 @@ def dump(st: SessionState, now: float, parts: tuple[str, float] | None = None) -
     pk = _record_parts.part_key
     return Written(
         text,
-        None if part is None else (pk(key, new.token, version), _record_parts.part_text(part)),
+        None if part is None else (pk(key, new.token, version), _record_parts.part_value(part)),
         [f"{key}:{n}" for n in gone] + [pk(key, new.token, v) for v in dropped],
     )
 
@@ -101,17 +102,21 @@ def _parsed(text: Any) -> Any:
         return None
 
 
-def held(st: SessionState, rec: Any) -> tuple[dict[str, Any], list[str]]:
+def held(st: SessionState, rec: Any, trust: bool = True) -> tuple[dict[str, Any], list[str]]:
     """The parts a record read from the store names that this worker holds (copied: a
     write of another thread may forget them before the record is loaded), and the names
-    of those it does not."""
+    of those it does not: all of them when those held are not the record's (a store that
+    lost writes had the same names written again) or not to be trusted."""
     if not isinstance(rec, str) or '"P":' not in rec:
         return {}, []
     try:
-        names = _record_parts.needed(_parsed(rec))
+        p = _record_parts.layout(_parsed(rec))
+        names = [] if p is None else _record_parts.names_in(p)
     except (KeyError, TypeError, ValueError):
         return {}, []  # unreadable: ``load`` says so
-    found = {n: p for n in names if (p := st.parts.get(n)) is not None}
+    found = {n: q for n in names if (q := st.parts.get(n)) is not None} if trust else {}
+    if p is not None and len(found) == len(names) and not _record_parts.mine(p, [*found.values()]):
+        found = {}
     return found, [n for n in names if n not in found]
 
 
@@ -199,6 +204,15 @@ def _load(st: SessionState, text: str | None, now: float, floor: int, parts: Any
         st.monitor_of(name).restore(snap)
 
 
+def _not_its(rec: str, found: dict[str, Any]) -> bool:
+    """Whether ``found`` holds every part the record ``rec`` names, and they are not its."""
+    p = _record_parts.layout(_parsed(rec))
+    names = [] if p is None else _record_parts.names_in(p)
+    if p is None or any(n not in found for n in names):
+        return False
+    return not _record_parts.mine(p, [found[n] for n in names])
+
+
 def part_ops(w: Written, ttl: float, durable: bool) -> list[Op]:
     """A record write's part and dropped parts, each performed only if the one before it
     was (the first: if the record's swap was). A part lives twice the record's TTL."""
@@ -215,15 +229,19 @@ def read_parts(ctx: Context, st: SessionState, rec: Any) -> Plan[tuple[Any, dict
     fails and reads it again). A part gone from an unchanged record is left out."""
     key = ctx.session_key(st.session_id)
     found: dict[str, Any] = {}
+    trust = True
     for attempt in range(3):
-        found, names = held(st, rec)
+        found, names = held(st, rec, trust)
         if not names:
             break
         ops = [Op("get", f"{key}:{n}") for n in names]
         *texts, now = yield trip(ctx.store, [*ops, Op("get", key, expected=rec)])
         for name, text in zip(names, texts, strict=True):
-            if isinstance(text, str):
-                found[name] = parse_part(text)
+            if (part := parse_part(text)) is not None:
+                found[name] = part
+        if now is SAME and trust and len(found) > len(names) and _not_its(rec, found):
+            trust = False  # some held parts are not the record's: read them all again
+            continue
         if now is SAME and any(n not in found for n in names):
             log.warning(
                 "session record (%s): some detector steps are no longer in the store; "
