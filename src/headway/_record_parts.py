@@ -72,7 +72,7 @@ def make_part(t: float, resets: frozenset[ListPath], items: dict[ListPath, list[
 
 def chain(parts: Iterable[Part]) -> str:
     """The digest of these parts' contents in this order (a head's ``h``)."""
-    return hashlib.blake2b(b"".join(p.digest for p in parts), digest_size=6).hexdigest()
+    return hashlib.blake2b(b"".join([p.digest for p in parts]), digest_size=6).hexdigest()
 
 
 class Written(NamedTuple):

@@ -34,7 +34,8 @@ LONG = 200
 #: an item of a list or object starts
 _CUTS = (',\\"', ',"', ",")
 _BYTES = {cut: cut.encode() for cut in _CUTS}
-#: a run this short between two that changed is sent, not copied (a copy costs ~6 bytes)
+#: what lies between two pieces that changed is sent, not copied, when shorter than this
+#: (a copy costs about 6 bytes)
 _SHORT = 8
 
 
@@ -67,12 +68,11 @@ def _fields(
     i, n = 0, len(changed)
     while i < n:
         first = last = changed[i]
-        while i + 1 < n and (
-            changed[i + 1] == last + 1 or (changed[i + 1] == last + 2 and len(a[last + 1]) < _SHORT)
-        ):
-            i += 1
-            last = changed[i]
         i += 1
+        # a piece that changed soon after (what lies between shorter than a copy): with it
+        while i < n and before[changed[i]] - before[last + 1] + (changed[i] - last) * k < _SHORT:
+            last = changed[i]
+            i += 1
         start, end = before[first] + first * k, before[last + 1] + last * k
         text = sep.join(b[first : last + 1])
         _copy(out, at, start - at)
