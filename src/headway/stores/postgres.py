@@ -71,39 +71,20 @@ def _keys(keys: list[str], params: dict[str, Any]) -> dict[str, str]:
 
 
 def _new(op: Op, i: int, params: dict[str, Any]) -> str:
-    """A swap's new value, its parameters put in ``params``: its text, or its edits of the
-    value it replaces when they are shorter (``_delta``: a session record's head, a
-    completion). The server applies them from an array of triples (skip, copied,
-    inserted): the run of ``copied`` characters of the stored value that starts ``skip``
-    past the end of the run copied before, then the next ``inserted`` characters of the
-    inserted text ``s``."""
+    """A swap's new value, its parameters put in ``params``: its text, or, when shorter, the
+    middle of it between what it starts and ends with alike the value it replaces (a
+    session record's head, a completion: ``_delta.ends``), which the server copies from
+    the stored value."""
     text = dumps(op.value)
-    runs = _delta.edits(dumps(op.expected), text) if len(text) >= _delta.LONG else []
-    if not runs or not _delta.worth(runs, len(text), 5):
-        params[f"v{i}"] = text
-        return f"%(v{i})s"
-    triples: list[int] = []
-    inserted: list[str] = []
-    end = 0
-    for r in runs:
-        if isinstance(r, tuple):
-            triples += (r[0] - end, r[1], 0)
-            end = r[0] + r[1]
-        else:
-            if not triples or triples[-1]:
-                triples += (0, 0, 0)
-            triples[-1] = len(r)
-            inserted.append(str(r))
-    params[f"a{i}"], params[f"s{i}"] = triples, "".join(inserted)
-    return (
-        # each run's end in the stored value and in the inserted text: sums in order
-        f"(SELECT string_agg(substr({_TABLE}.value, e.old - e.n + 1, e.n) || "
-        f"substr(%(s{i})s, e.ins - e.m + 1, e.m), '' ORDER BY e.k) FROM "
-        "(SELECT k, x.a[k + 1] AS n, x.a[k + 2] AS m, "
-        "(sum(x.a[k] + x.a[k + 1]) OVER w)::int AS old, (sum(x.a[k + 2]) OVER w)::int AS ins "
-        f"FROM (SELECT %(a{i})t::int[] AS a) x, generate_series(1, cardinality(x.a), 3) k "
-        "WINDOW w AS (ORDER BY k)) e)"
-    )
+    if len(text) >= _delta.LONG:
+        head, middle, tail = _delta.ends(dumps(op.expected), text)
+        if len(middle) + 16 < len(text):  # two integers besides the middle
+            params[f"h{i}"], params[f"s{i}"], params[f"n{i}"] = head, middle, tail
+            return (
+                f"(left({_TABLE}.value, %(h{i})s) || %(s{i})s || right({_TABLE}.value, %(n{i})s))"
+            )
+    params[f"v{i}"] = text
+    return f"%(v{i})s"
 
 
 _WRITTEN = {"1": True, "0": False, "-": None}  # a write's result in a batch's column
