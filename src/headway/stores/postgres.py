@@ -87,6 +87,27 @@ def _new(op: Op, i: int, params: dict[str, Any]) -> str:
     return f"%(v{i})s"
 
 
+def _runs(ops: Sequence[Op], names: list[str]) -> dict[int, tuple[str, list[str]]]:
+    """Each run of deletes, each made when the one before it is (a session record's parts
+    it no longer needs): by its first one's place, the start its keys share and their
+    tails. It is one ``DELETE`` whose text is the same for any number of keys: planned
+    once, not once per number of parts (a statement of 60 deletes took 5 ms of the
+    server's time to plan)."""
+    out: dict[int, tuple[str, list[str]]] = {}
+    first = -1
+    for i, op in enumerate(ops):
+        if op.name != "delete":
+            continue
+        if not (op.only_if and i and ops[i - 1].name == "delete"):
+            first = i
+            out[i] = ("", [])
+        out[first][1].append(names[i])
+    for i, (_, run) in out.items():
+        head = run[0][: shared_prefix(min(run), max(run))]
+        out[i] = head, [k[len(head) :] for k in run]
+    return out
+
+
 _WRITTEN = {"1": True, "0": False, "-": None}  # a write's result in a batch's column
 
 
@@ -225,12 +246,31 @@ class PostgresStore:
         parts: list[str] = []
         outs: list[str] = []  # each operation's result, as text
         params: dict[str, Any] = {}
-        keys = _keys([self.prefix + op.key for op in ops], params)
+        names = [self.prefix + op.key for op in ops]
+        runs = _runs(ops, names)
+        keys = _keys(
+            [k for k, op in zip(names, ops, strict=True) if op.name != "delete"]
+            + [head for head, _ in runs.values()],
+            params,
+        )
         ttls: dict[float | None, str] = {}
         done = "FALSE"  # whether the operation before succeeded
         for i, op in enumerate(ops):
+            if op.name == "delete" and i not in runs:
+                continue  # in the run before it: done with it, whenever it is done
             cond = "TRUE" if op.only_if is None else (done if op.only_if else f"NOT {done}")
-            key = keys[self.prefix + op.key]
+            if op.name == "delete":
+                head, params[f"d{i}"] = runs[i]
+                parts.append(
+                    f"r{i} AS (DELETE FROM {_TABLE} USING unnest(%(d{i})s::text[]) AS d(tail) "
+                    f"WHERE key = {keys[head]} || d.tail AND {cond} RETURNING 1)"
+                )
+                done = cond  # done when performed, whether or not the keys were there
+                outs.append(
+                    f"repeat(CASE WHEN {cond} THEN '1' ELSE '-' END, cardinality(%(d{i})s::text[]))"
+                )
+                continue
+            key = keys[names[i]]
             if op.name == "get":
                 shown = "value"
                 if op.expected is not None:  # '=' when the value is still the expected one
@@ -243,13 +283,6 @@ class PostgresStore:
                 got = f"(SELECT 'v' || length(value) || ':' || value FROM r{i})"
                 outs.append(f"COALESCE({got}, 'n')")
                 done = "FALSE"
-                continue
-            if op.name == "delete":
-                parts.append(
-                    f"r{i} AS (DELETE FROM {_TABLE} WHERE key = {key} AND {cond} RETURNING 1)"
-                )
-                done = cond  # done when performed, whether or not the key was there
-                outs.append(f"CASE WHEN {cond} THEN '1' ELSE '-' END")
                 continue
             t = ttls.setdefault(op.ttl_s, f"t{len(ttls)}")  # each time to live sent once
             gc = f"{_NOW} + %({t})s"
