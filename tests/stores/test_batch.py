@@ -353,9 +353,10 @@ def test_random_batches_answer_and_store_what_the_memory_store_does(
 
 @pytest.mark.postgres
 def test_a_postgres_batch_is_planned_once_whatever_its_edits_and_number_of_deletes() -> None:
-    # a session record's swap sent as edits, then its parts deleted, write after write:
-    # one statement text, whose plan PostgreSQL makes once and reuses (a prepared
-    # statement's generic plan, taken only when not estimated dearer than planning anew)
+    # write after write, a session record's swap sent as edits with one delete, and its
+    # parts deleted: one statement text each, whose plan PostgreSQL makes once and reuses
+    # (a prepared statement's generic plan, taken only when not estimated dearer than a
+    # plan made anew)
     from conftest import POSTGRES_URL
     from headway.stores.postgres import PostgresStore
 
@@ -363,17 +364,19 @@ def test_a_postgres_batch_is_planned_once_whatever_its_edits_and_number_of_delet
     try:
         old = "x" * 300
         store.set("r", old)
-        for n in range(1, 16):
+        for n in range(15):
             new = f"{n:04d}" + old[4:]
-            parts = [Op("delete", f"r:{j}", only_if=True) for j in range(n)]
-            assert store.batch([Op("swap", "r", new, old, 60), *parts]) == [True] * (n + 1)
+            swap = [Op("swap", "r", new, old, 60), Op("delete", f"o{n:03d}", only_if=True)]
+            assert store.batch(swap) == [True, True]
+            parts = [Op("delete", f"p{n:03d}:{j}", only_if=True) for j in range(60 + n)]
+            assert store.batch([Op("set", f"s{n:03d}", 1), *parts]) == [True] * (61 + n)
             old = new
         _, row = store._run(
             "SELECT count(*), min(generic_plans) FROM pg_prepared_statements "
             "WHERE statement LIKE 'WITH %%'",
             (),
         )
-        assert row[0] == 1 and row[1] > 0
+        assert row[0] == 2 and row[1] > 0
         assert store.get("r") == old
     finally:
         store.close()
