@@ -74,7 +74,8 @@ def _new(op: Op, i: int, params: dict[str, Any]) -> str:
     """A swap's new value, its parameters put in ``params``: its text, or, when shorter, the
     middle of it between what it starts and ends with alike the value it replaces (a
     session record's head, a completion: ``_delta.ends``), which the server copies from
-    the stored value."""
+    the stored value. No set-returning function: a statement's generic plan is then not
+    estimated dearer than one made for its values, so PostgreSQL plans it once."""
     text = dumps(op.value)
     if len(text) >= _delta.LONG:
         head, middle, tail = _delta.ends(dumps(op.expected), text)
@@ -240,7 +241,9 @@ class PostgresStore:
         """Several operations in one statement (one round trip, one transaction): each a
         data-modifying ``WITH`` query, its condition on the one before it. They all see
         the table as it was before the statement (see ``_base.batch``). Each key is sent
-        once, and the results come back in one text column (``_results``)."""
+        once, and the results come back in one text column (``_results``). The text
+        holds no value, each one a parameter (it changes with the batch's shape): psycopg
+        prepares it after a few uses, and the server reuses its plan."""
         if not ops:
             return []
         parts: list[str] = []
