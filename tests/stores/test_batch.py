@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import threading
+import uuid
 from typing import Any
 
 import pytest
@@ -177,6 +178,30 @@ def test_a_delete_in_a_batch_removes_its_key_after_the_operation_before(
     assert store.get("a") == 1 and store.get("b") is None
 
 
+def test_a_run_of_deletes_each_after_the_one_before_is_made_or_skipped_as_one(
+    store: headway.Store,
+) -> None:
+    # a session record's parts it no longer needs (PostgreSQL: one DELETE for the run)
+    for k in ("p:1", "p:22", "q", "r", "s", "t", "u"):
+        store.set(k, 1)
+    results = batch(
+        store,
+        [
+            Op("add", "n", 1),
+            Op("delete", "p:1", only_if=True),
+            Op("delete", "p:22", only_if=True),
+            Op("delete", "absent", only_if=True),
+            Op("delete", "q", only_if=False),  # skipped: the delete before it was made
+            Op("delete", "r", only_if=True),  # skipped after a skipped one
+            Op("add", "u", 2),  # fails: the run after it is skipped
+            Op("delete", "s", only_if=True),
+            Op("delete", "t", only_if=True),
+        ],
+    )
+    assert results == [True, True, True, True, None, None, False, None, None]
+    assert [store.get(k) for k in ("p:1", "p:22", "q", "r", "s", "t")] == [None, None, 1, 1, 1, 1]
+
+
 def test_a_signed_store_answers_same_for_an_unchanged_value(store: headway.Store) -> None:
     signed = SignedStore(store, "secret")
     signed.set("r", "t" * 500)
@@ -324,3 +349,34 @@ def test_random_batches_answer_and_store_what_the_memory_store_does(
                 written.add(key)
         assert batch(under, ops) == batch(ref, ops), (n, ops)
         assert [under.get(k) for k in keys] == [ref.get(k) for k in keys], n
+
+
+@pytest.mark.postgres
+def test_a_postgres_batch_is_planned_once_whatever_its_edits_and_number_of_deletes() -> None:
+    # write after write, a session record's swap sent as edits with one delete, and its
+    # parts deleted: one statement text each, whose plan PostgreSQL makes once and reuses
+    # (a prepared statement's generic plan, taken only when not estimated dearer than a
+    # plan made anew)
+    from conftest import POSTGRES_URL
+    from headway.stores.postgres import PostgresStore
+
+    store = PostgresStore(POSTGRES_URL, prefix=f"t{uuid.uuid4().hex[:8]}:", max_size=1)
+    try:
+        old = "x" * 300
+        store.set("r", old)
+        for n in range(15):
+            new = f"{n:04d}" + old[4:]
+            swap = [Op("swap", "r", new, old, 60), Op("delete", f"o{n:03d}", only_if=True)]
+            assert store.batch(swap) == [True, True]
+            parts = [Op("delete", f"p{n:03d}:{j}", only_if=True) for j in range(60 + n)]
+            assert store.batch([Op("set", f"s{n:03d}", 1), *parts]) == [True] * (61 + n)
+            old = new
+        _, row = store._run(
+            "SELECT count(*), min(generic_plans) FROM pg_prepared_statements "
+            "WHERE statement LIKE 'WITH %%'",
+            (),
+        )
+        assert row[0] == 2 and row[1] > 0
+        assert store.get("r") == old
+    finally:
+        store.close()
