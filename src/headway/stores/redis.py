@@ -42,10 +42,11 @@ return 1
 # ``batch``: ARGV[1] is the batch's layout, words separated by spaces: the number of keys
 # k, then for each key how many of its leading bytes are the previous key's (a session's
 # part extends its record's key, a lease its idempotency record's: each is sent as its
-# tail), the number of distinct PX values p and those, then a word per operation: a
-# letter for its name (get, x: a get with an expected value, del, swap, set, add), its
-# condition ('1', '0' or '-'), the number of its key, and '.' and the number of its PX
-# if it has one. ARGV[2 .. k+1] are the keys' tails; then come the values, in the
+# tail), the distinct PX values, then a word per operation (the first word that starts
+# with a letter): a letter for its name (get, x: a get with an expected value, del, swap,
+# set, add), its condition ('1', '0' or '-'), the number of its key, and '.' and the
+# number of its PX if it has one. The operations are read with one pattern, the numbers
+# before them with another: a word at a time costs the server more. ARGV[2 .. k+1] are the keys' tails; then come the values, in the
 # operations' order: one for a set or an add, two for a swap (its new value, '' to delete,
 # then its expected one), one for an x, none for a get or a del. A swap's new value may
 # come as '~' and edits of the value it replaces (``_delta``): 'skip,length;' copies a run
@@ -82,20 +83,22 @@ local function patch(base, e)
   end
   return table.concat(out)
 end
+local layout = ARGV[1]
 local d = {}
-for w in string.gmatch(ARGV[1], '%S+') do d[#d + 1] = w end
+for w in string.gmatch(string.sub(layout, 1, (string.find(layout, '%a') or 0) - 1), '%d+') do
+  d[#d + 1] = w
+end
 local k = tonumber(d[1])
 local keys, prev = {}, ''
 for i = 1, k do
   prev = string.sub(prev, 1, tonumber(d[i + 1])) .. ARGV[i + 1]
   keys[i] = prev
 end
-local p = tonumber(d[k + 2])
-local out, last, data = {}, nil, k + 2
-for i = 1, #d - k - p - 2 do
-  local name, cond, at, px = string.match(d[k + p + 2 + i], '^(%a)(.)(%d+)%.?(%d*)$')
+local out, last, data, i = {}, nil, k + 2, 0
+for name, cond, at, px in string.gmatch(layout, '(%a)(.)(%d+)%.?(%d*)') do
+  i = i + 1
   local key, r = keys[tonumber(at)], 0
-  if px ~= '' then px = d[k + 2 + tonumber(px)] end
+  if px ~= '' then px = d[k + 1 + tonumber(px)] end
   local value = ARGV[data]
   if name == 'w' then data = data + 2
   elseif name ~= 'g' and name ~= 'd' then data = data + 1 end
@@ -291,7 +294,7 @@ class RedisStore:
             shared.append(str(n))
             tails.append(raw[n:])
             prev = raw
-        layout = " ".join([str(len(keys)), *shared, str(len(pxs)), *map(str, pxs), *words])
+        layout = " ".join([str(len(keys)), *shared, *map(str, pxs), *words])
         replies = self._do(self._eval, self._batch, [], [layout, *tails, *values])
         return [
             (SAME if r == SAME_TEXT else loads(r))
