@@ -46,15 +46,16 @@ return 1
 # with a letter): a letter for its name (get, x: a get with an expected value, del, swap,
 # set, add), its condition ('1', '0' or '-'), the number of its key, and '.' and the
 # number of its PX if it has one. The operations are read with one pattern, the numbers
-# before them with another: a word at a time costs the server more. ARGV[2 .. k+1] are the keys' tails; then come the values, in the
-# operations' order: one for a set or an add, two for a swap (its new value, '' to delete,
-# then its expected one), one for an x, none for a get or a del. A swap's new value may
-# come as '~' and edits of the value it replaces (``_delta``): 'skip,length;' copies a run
-# of it that starts skip bytes past the end of the run copied before, '+length;' and that
-# many bytes are inserted. An expected value written '#' and the 20 bytes of a SHA-1 (never
-# a JSON text) is compared with the stored value's digest. Results: a get's value (nil
-# when absent; '=' for an x whose value is the expected one), 1 or 0 for the others, nil
-# when skipped. The keys are built here: a single server, never Redis Cluster.
+# before them with another: a word at a time costs the server more. ARGV[2 .. k+1] are the
+# keys' tails; then come the values, in the operations' order: one for a set or an add,
+# two for a swap (its new value, '' to delete, then its expected one), one for an x, none
+# for a get or a del. A swap's new value may come as '~' and edits of the value it
+# replaces (``_delta``): 'skip,length;' copies a run of it that starts skip bytes past the
+# end of the run copied before, '+length;' and that many bytes are inserted. An expected
+# value written '#' and the 20 bytes of a SHA-1 (never a JSON text) is compared with the
+# stored value's digest. Results: a get's value (nil when absent; '=' for an x whose value
+# is the expected one), 1 or 0 for the others, nil when skipped. The keys are built here:
+# a single server, never Redis Cluster.
 _BATCH = """
 local function same(current, expected)
   if not current then return false end
