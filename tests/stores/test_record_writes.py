@@ -175,3 +175,23 @@ def test_a_redis_command_with_a_session_record_is_one_socket_write(
         monkeypatch.undo()
         store.delete("rec")
         store.close()
+
+
+@pytest.mark.redis
+def test_a_redis_store_loads_its_scripts_again_when_the_server_has_lost_them(
+    tmp_path: Path,
+) -> None:
+    """The store runs its scripts by their SHA-1 (EVALSHA): a server that no longer knows
+    one (restarted, or its scripts flushed) answers NOSCRIPT, and the store loads the
+    script and runs it again. Shown with unknown SHA-1s: flushing a shared server's
+    scripts would disturb other users of it."""
+    store: Any = make_store("redis", tmp_path)
+    try:
+        store._swap.sha = store._batch.sha = "0" * 40  # as if the server had lost them
+        assert batch(store, [Op("add", "k", 1), Op("get", "k")]) == [True, 1]
+        assert store.swap("k", 1, 2) is True
+        assert store.get("k") == 2
+        assert store._swap.sha != "0" * 40 != store._batch.sha
+    finally:
+        store.delete("k")
+        store.close()
