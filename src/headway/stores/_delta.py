@@ -19,7 +19,8 @@ to the expected one, applies them: the value it writes is the one the caller com
 
 from __future__ import annotations
 
-from itertools import accumulate
+from itertools import accumulate, compress, count
+from operator import ne
 from typing import AnyStr
 
 from ._base import shared_prefix
@@ -60,7 +61,7 @@ def _fields(
     """Edits of ``old`` (cut into ``a``) making the text that ``b`` joins: the pieces that
     differ (and the short ones between them) inserted, a long run of them as its own edits
     (cut finer)."""
-    changed = [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
+    changed = list(compress(count(), map(ne, a, b)))  # in C
     k = len(sep)
     before = [0, *accumulate(map(len, a))]  # the pieces' lengths before each, cuts left out
     out: list[Edit] = []
