@@ -41,12 +41,15 @@ _GC = f"{_NOW} + %s"
 def _match(expected: Any, name: str = "") -> tuple[str, str | bytes]:
     """The condition that the stored value is ``expected``, and its parameter (``name``:
     a named one): a long one compared by its SHA-256, which the server computes (a swap
-    sends the new value only), sent as its 32 bytes."""
+    sends the new value only), sent as its first 20 bytes (160 bits, as long as the SHA-1
+    Redis compares: no accidental match, and a value that matches one it did not write
+    is beyond reach)."""
     text = dumps(expected)
     if len(text) < _DIGESTED:
         return f"value = %{'(' + name + ')' if name else ''}s", text
     param = f"%({name})b" if name else "%b"
-    return f"sha256(convert_to(value, 'UTF8')) = {param}", bytes.fromhex(digest(text, "sha256"))
+    held = bytes.fromhex(digest(text, "sha256"))[:20]
+    return f"substr(sha256(convert_to(value, 'UTF8')), 1, 20) = {param}", held
 
 
 #: an expected value this long or longer is compared by its digest
