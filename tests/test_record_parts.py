@@ -3,6 +3,7 @@ and reads, records of earlier versions, and how parts go."""
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import pytest
 import headway
 from conftest import Recording, present, stored
 from headway.stores._base import Op
+from headway.testing import FakeClock
 
 
 class Plain:
@@ -251,3 +253,60 @@ def test_a_worker_reading_a_hot_record_never_writes_its_steps_away(tmp_path: Pat
     sb.call("search", {"q": "b"})
     window = stored(a.store, a.session_key("r"))["mon"]["w"]
     assert len(window) == stored(a.store, a.session_key("r"))["steps"]
+
+
+def test_a_clock_giving_whole_seconds_leaves_other_workers_windows_whole(
+    tmp_path: Path,
+) -> None:
+    """A part's digest is taken over its time as a reader gets it back (a float), also when
+    the writer's clock gives whole seconds (``FakeClock(1_000_000)``, ``int(time.time())``):
+    else every other worker finds the head's chain not made by the parts it reads, leaves
+    them out, and its loop detectors see only its own last step."""
+    db = str(tmp_path / "s.db")
+    clock = FakeClock(1_000_000)  # an int, as a user may well write it
+    a = _gov(headway.SQLiteStore(db), clock=clock)
+    b = _gov(headway.SQLiteStore(db), clock=clock)
+    sa, sb = a.session("r"), b.session("r")
+    for n in range(6):
+        (sa if n % 2 else sb).call("search", {"q": n})
+        clock.advance(1)
+    # b made steps 0, 2, 4 and read a's 1, 3 (and 5 at its next read): its window holds all
+    assert [o.index for o in sb._st.monitor.window] == [0, 1, 2, 3, 4]
+    window = stored(a.store, a.session_key("r"))["mon"]["w"]
+    assert [step[0] for step in window] == [0, 1, 2, 3, 4, 5]
+
+
+def test_a_part_whose_time_is_past_a_float_is_read_as_gone(tmp_path: Path) -> None:
+    """A forged part's time too large for a float (``float`` raises OverflowError, not a
+    ValueError) is read as gone: the call goes on without those steps."""
+    path = tmp_path / "s.db"
+    a, b = _after_three_steps(path)
+    for key in _parts(path, a, "r"):
+        a.store.set(key, {"t": 10**400, "r": [], "i": []}, ttl_s=3600)
+    out = b.session("r").call("search", {"q": 3})
+    assert out.step == 3
+    assert [step[0] for step in stored(b.store, b.session_key("r"))["mon"]["w"]] == [3]
+
+
+def test_parse_part_returns_none_for_a_time_past_a_float() -> None:
+    from headway._record_parts import parse_part
+
+    assert parse_part({"t": 10**400, "r": [], "i": []}) is None
+    assert parse_part(orjson.dumps({"t": 1.0, "r": [], "i": []}).decode()) is not None
+
+
+def test_parts_left_out_for_a_chain_that_does_not_match_are_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Parts in the store that do not make the head's chain are left out, like parts gone,
+    and said so in the log: loop detection across workers never goes blind unsaid."""
+    path = tmp_path / "s.db"
+    a, b = _after_three_steps(path)
+    key = a.session_key("r")
+    rec = orjson.loads(present(a.store.get(key)))
+    rec["P"]["h"] = "0" * 12  # parts written again under the same names: not these
+    a.store.set(key, orjson.dumps(rec).decode())
+    with caplog.at_level(logging.WARNING):
+        assert b.session("r").call("search", {"q": 3}).step == 3
+    assert [step[0] for step in stored(b.store, key)["mon"]["w"]] == [3]  # left out
+    assert "detector steps" in caplog.text  # ... and said so, as for parts gone

@@ -59,7 +59,9 @@ class Part(NamedTuple):
 
 
 def make_part(t: float, resets: frozenset[ListPath], items: dict[ListPath, list[str]]) -> Part:
-    """A part, its digest taken over what a reader of its stored value gets again."""
+    """A part, its digest taken over what a reader of its stored value gets again (its time
+    as a float: a clock may give whole seconds, which JSON keeps as an integer)."""
+    t = float(t)
     text = orjson.dumps(
         [
             t,
@@ -153,7 +155,7 @@ def parse_part(stored: Any) -> Part | None:
             frozenset((a, f) for a, f in data["r"]),
             {(a, f): [orjson.dumps(x).decode() for x in xs] for a, f, xs in data["i"]},
         )
-    except (KeyError, TypeError, ValueError, orjson.JSONEncodeError):
+    except (KeyError, TypeError, ValueError, OverflowError, orjson.JSONEncodeError):
         return None
 
 

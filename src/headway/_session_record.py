@@ -144,8 +144,15 @@ def load(
 def _load(st: SessionState, text: str | None, now: float, floor: int, parts: Any = None) -> None:
     rec: Any = None if text is None else orjson.loads(text)
     if rec is not None:
-        # a part not read (gone: ``_shared`` says so): its steps left out
-        _record_parts.join(rec, parts or st.parts)
+        # a part not read (gone: ``read_parts`` says so): its steps left out
+        held = parts or st.parts
+        if not _record_parts.join(rec, held) and all(n in held for n in _record_parts.needed(rec)):
+            log.warning(
+                "session record (%s): its detector steps in the store are not the ones its "
+                "head names (a store that lost writes had them written again); the detectors "
+                "go on without them",
+                st.session_id,
+            )
         version = rec.get("ver", 0)  # absent from records of older versions
         if type(version) is not int:
             raise TypeError("a session record's version is an integer")

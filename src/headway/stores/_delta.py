@@ -46,11 +46,10 @@ def edits(old: AnyStr, new: AnyStr, cuts: tuple[str, ...] = _CUTS) -> list[Edit]
     what differs between their common start and end."""
     for n, cut in enumerate(cuts):
         sep = cut if isinstance(old, str) else _BYTES[cut]
-        a = old.split(sep)
-        if len(a) > 2:
-            b = new.split(sep)
-            if len(b) == len(a):
-                return _fields(old, a, b, sep, cuts[n + 1 :])
+        pieces = old.count(sep) + 1
+        if pieces > 2:
+            if new.count(sep) + 1 == pieces:  # counted first: a long value is cut only then
+                return _fields(old, old.split(sep), new.split(sep), sep, cuts[n + 1 :])
             break
     return _ends(old, new)
 
