@@ -195,6 +195,14 @@ def mine(p: dict[str, Any], held: list[Part]) -> bool:
     return "h" not in p or p["h"] == chain(held)
 
 
+def not_its(p: dict[str, Any], parts: dict[str, Part]) -> bool:
+    """Whether ``parts`` holds every part the head whose part list is ``p`` names, and
+    they are not the ones it names (a store that lost writes had the names written
+    again)."""
+    held = [parts.get(n) for n in names_in(p)]
+    return all(q is not None for q in held) and not mine(p, held)  # type: ignore[arg-type]
+
+
 def join(rec: dict[str, Any], parts: dict[str, Part]) -> bool:
     """Put a head's lists back in its snapshots from ``parts``; False when a part is not
     held (the lists it would give are left empty)."""

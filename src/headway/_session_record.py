@@ -115,7 +115,7 @@ def held(st: SessionState, rec: Any, trust: bool = True) -> tuple[dict[str, Any]
     except (KeyError, TypeError, ValueError):
         return {}, []  # unreadable: ``load`` says so
     found = {n: q for n in names if (q := st.parts.get(n)) is not None} if trust else {}
-    if p is not None and len(found) == len(names) and not _record_parts.mine(p, [*found.values()]):
+    if p is not None and _record_parts.not_its(p, found):
         found = {}
     return found, [n for n in names if n not in found]
 
@@ -146,7 +146,8 @@ def _load(st: SessionState, text: str | None, now: float, floor: int, parts: Any
     if rec is not None:
         # a part not read (gone: ``read_parts`` says so): its steps left out
         held = parts or st.parts
-        if not _record_parts.join(rec, held) and all(n in held for n in _record_parts.needed(rec)):
+        p = _record_parts.layout(rec)
+        if not _record_parts.join(rec, held) and p is not None and _record_parts.not_its(p, held):
             log.warning(
                 "session record (%s): its detector steps in the store are not the ones its "
                 "head names (a store that lost writes had them written again); the detectors "
@@ -214,10 +215,7 @@ def _load(st: SessionState, text: str | None, now: float, floor: int, parts: Any
 def _not_its(rec: str, found: dict[str, Any]) -> bool:
     """Whether ``found`` holds every part the record ``rec`` names, and they are not its."""
     p = _record_parts.layout(_parsed(rec))
-    names = [] if p is None else _record_parts.names_in(p)
-    if p is None or any(n not in found for n in names):
-        return False
-    return not _record_parts.mine(p, [found[n] for n in names])
+    return p is not None and _record_parts.not_its(p, found)
 
 
 def part_ops(w: Written, ttl: float, durable: bool) -> list[Op]:

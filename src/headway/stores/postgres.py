@@ -73,7 +73,8 @@ def _keys(keys: list[str], params: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-#: the most slots a swap's edits take (more runs: only the value's start and end copied)
+#: edits of more than twice this many runs copy only the value's start and end: a
+#: statement's text grows with the square of its slots
 _SLOTS = 16
 
 

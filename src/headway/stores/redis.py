@@ -142,7 +142,7 @@ def _expected(text: str) -> str | bytes:
 
 def _new(value: Any, expected: str) -> str | bytes:
     """A swap's new value as sent: '' to delete, its text, or '~' and its edits of the
-    expected value's text when they are shorter (a completion)."""
+    expected value's text when they are shorter (a session record's head, a completion)."""
     if value is None:
         return ""
     text = dumps(value)
