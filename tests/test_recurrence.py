@@ -299,3 +299,33 @@ def test_the_recurrence_window_keeps_its_size_s_newest_entries_and_reloads_them_
     assert again.dump() == entries
     # the same page a third time with nothing new since: reloaded or not, it recurs
     assert look(r, 4, page) == look(again, 4, page) == 3
+
+
+def test_the_recurrence_entries_texts_are_its_entries_as_json_after_every_change() -> None:
+    """A shared session writes the entries' JSON texts at every step, each encoded once
+    and kept: after steps past the window's size, a user turn and a reload they are still
+    the window's entries, in order, and a copy the window's later steps leave alone."""
+    import orjson
+
+    from headway._recurrence import Recurrence
+
+    def look(r: Recurrence, i: int) -> None:
+        r.observe("look", f'{{"i":{i}}}', f"id{i}", f"page {i % 5}\n{i % 3} rows", targets=(),
+                  read=True, fresh_write=False)  # fmt: skip
+
+    r = Recurrence(4)
+    for i in range(11):
+        look(r, i)
+        texts = r.texts()
+        assert [orjson.loads(t) for t in texts] == r.dump() and len(texts) == min(i + 1, 4)
+    look(r, 11)
+    assert [orjson.loads(t) for t in texts] != r.dump()  # the copy taken before stayed
+    assert [orjson.loads(t) for t in r.texts()] == r.dump()
+    r.clear()
+    assert r.texts() == [] == r.dump()
+    look(r, 12)
+    again = Recurrence(4)
+    again.load(r.dump())
+    look(again, 13)
+    look(r, 13)
+    assert again.texts() == r.texts() and len(r.texts()) == 2

@@ -129,22 +129,6 @@ def _monitors(rec: dict[str, Any]) -> Iterator[tuple[str | None, dict[str, Any]]
     yield from rec["agents"].items()
 
 
-def take_lists(
-    rec: dict[str, Any], texts: dict[str | None, list[str]]
-) -> dict[ListPath, list[str]]:
-    """Take the per-step lists out of a record (left empty), as JSON texts: the window's
-    steps given (``texts``: the texts the record was made from), the rest encoded."""
-    out: dict[ListPath, list[str]] = {}
-    for agent, snap in _monitors(rec):
-        for field in _FIELDS:
-            if field == "w" and agent in texts:
-                out[agent, field] = texts[agent]
-            else:
-                out[agent, field] = [orjson.dumps(x).decode() for x in snap.get(field, ())]
-            snap[field] = []
-    return out
-
-
 def parse_part(stored: Any) -> Part | None:
     """A part as read from the store (a JSON object; a JSON text from an earlier version),
     or None when it is not one."""

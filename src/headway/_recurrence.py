@@ -63,7 +63,7 @@ _WIDTH = 4  # words an entry takes in Recurrence._words: target, state, body, ne
 class Recurrence:
     """One session's recurrence window (I/O-free)."""
 
-    __slots__ = ("_page", "_size", "_tools", "_view", "_words")
+    __slots__ = ("_page", "_size", "_texts", "_tools", "_view", "_words")
 
     def __init__(self, window: int) -> None:
         self._size = window  # entries kept: the window's steps
@@ -75,11 +75,15 @@ class Recurrence:
         self._words = array("Q")
         self._page: str | None = None
         self._view = 0  # the state digest of that page
+        # each entry's JSON text once ``texts()`` was asked (a session shared by workers
+        # writes its window at every step): None where not yet encoded
+        self._texts: list[str | None] | None = None
 
     def clear(self) -> None:
         """A new user turn: nothing counted before it counts after."""
         self._tools.clear()
         del self._words[:]
+        self._texts = None
         self._page = None
         self._view = 0
 
@@ -154,6 +158,19 @@ class Recurrence:
             for tool, at in zip(self._tools, range(0, len(words), _WIDTH), strict=True)
         ]
 
+    def texts(self) -> list[str]:
+        """``dump()``'s entries as JSON texts, each encoded once."""
+        texts = self._texts
+        if texts is None:
+            texts = self._texts = [None] * len(self._tools)
+        words = self._words
+        for i, text in enumerate(texts):
+            if text is None:
+                at = i * _WIDTH
+                entry = [self._tools[i], *words[at : at + _WIDTH - 1], bool(words[at + _WIDTH - 1])]
+                texts[i] = orjson.dumps(entry).decode()
+        return list(texts)  # type: ignore[arg-type]  # a copy, every item encoded above
+
     def load(self, entries: Sequence[Sequence[Any]]) -> None:
         """Replace the window by ``dump()``'s entries (of any worker)."""
         self.clear()
@@ -166,9 +183,14 @@ class Recurrence:
         """Append an entry, dropping the oldest past the window's size."""
         self._tools.append(tool)
         self._words.extend((target, state, body, new))
+        texts = self._texts
+        if texts is not None:
+            texts.append(None)
         if len(self._tools) > self._size:
             del self._tools[0]
             del self._words[:_WIDTH]
+            if texts is not None:
+                del texts[0]
 
     def _target(self, parsed: object, args: str, targets: Sequence[str]) -> tuple[str, bool]:
         """The call's arguments with each target argument that names an element of the

@@ -60,15 +60,16 @@ def dump(st: SessionState, now: float, parts: tuple[str, float] | None = None) -
         "gen": dict(st.generation),
         "uw": dict(st.unknown_writes),
         "us": dict(st.unknown_steps),
-        "mon": st.monitor.snapshot(),
-        "agents": {name: mon.snapshot() for name, mon in agents},
+        # kept as a head and parts: the lists left empty in the head, their items in parts
+        "mon": st.monitor.snapshot(parts is None),
+        "agents": {name: mon.snapshot(parts is None) for name, mon in agents},
     }
     if parts is None:
         return Written(orjson.dumps(record).decode(), None, [])
-    # the steps as the snapshots encoded them (each once, kept on the step)
-    texts: dict[str | None, list[str]] = {None: [o._json or "" for o in st.monitor.window]}
-    texts.update((name, [o._json or "" for o in mon.window]) for name, mon in agents)
-    lists = _record_parts.take_lists(record, texts)
+    # the steps and recurrence entries, each encoded once (and kept)
+    lists: dict[_record_parts.ListPath, list[str]] = {}
+    for name, mon in [(None, st.monitor), *agents]:
+        lists[name, "w"], lists[name, "rc"] = mon.texts()
     key, ttl = parts
     held = st.layout  # the head this worker wrote last, decoded: most often the one replaced
     gone: list[str] = []

@@ -184,9 +184,14 @@ class Monitor:
 
     # -- a session record (a session shared by workers through the store) ------------------
 
-    def snapshot(self) -> dict[str, Any]:
-        """The window and counters as JSON (``_record``)."""
-        return _record.snapshot(self.window)
+    def snapshot(self, lists: bool = True) -> dict[str, Any]:
+        """The window and counters as JSON (``_record``); ``lists=False``: its steps and
+        recurrence entries left empty (``texts()`` gives them)."""
+        return _record.snapshot(self.window, lists)
+
+    def texts(self) -> tuple[list[str], list[str]]:
+        """The window's steps and recurrence entries as JSON texts, each encoded once."""
+        return _record.texts(self.window)
 
     def restore(self, data: Mapping[str, Any]) -> None:
         """Replace this monitor's state by a ``snapshot()`` (of any worker)."""

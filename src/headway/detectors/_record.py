@@ -42,16 +42,23 @@ _STATUS = {s.value: s for s in (CACHED, CORRECTED, ERROR, EXECUTED, FALLBACK, RE
 _NOT_KEPT = object()
 
 
-def snapshot(window: Window) -> dict[str, Any]:
+def snapshot(window: Window, lists: bool = True) -> dict[str, Any]:
     """The window and counters as JSON, bounded: per step at most a shingling-sized
-    excerpt of its result (compared by digest past that) and the head of its text."""
+    excerpt of its result (compared by digest past that) and the head of its text.
+    ``lists=False``: the steps ("w") and the recurrence's entries ("rc") left empty."""
     steps = list(window)
     at = {id(o): i for i, o in enumerate(steps)}
     page = window.page
-    return {
+    w: Any = []
+    rc: Any = []
+    if lists:
         # one JSON text: each step is encoded once (and kept), and the record's own
         # encoding then copies a string instead of walking every step again
-        "w": orjson.Fragment("[" + ",".join([o._json or _dump_step(o) for o in steps]) + "]"),
+        steps_json, entries = texts(window)
+        w = orjson.Fragment("[" + ",".join(steps_json) + "]")
+        rc = orjson.Fragment("[" + ",".join(entries) + "]")
+    return {
+        "w": w,
         "last": [at[id(o)] for o in window.last_of_key.values() if id(o) in at],  # by key
         "page": -1 if page is None else at.get(id(page), -1),
         "rk": window.repeat_key,
@@ -67,8 +74,13 @@ def snapshot(window: Window) -> dict[str, Any]:
             for t, v in ((t, _json_copy(v)) for t, v in window.last_value.items())
             if v is not _NOT_KEPT
         },
-        "rc": window.recur.dump(),
+        "rc": rc,
     }
+
+
+def texts(window: Window) -> tuple[list[str], list[str]]:
+    """The window's steps and its recurrence's entries as JSON texts, each encoded once."""
+    return [o._json or _dump_step(o) for o in window], window.recur.texts()
 
 
 def restore(window: Window, data: Mapping[str, Any]) -> None:
