@@ -1,6 +1,6 @@
 """What 1,000 concurrent sessions hold after 50 calls each, with the default MemoryStore.
 
-    python bench/sessions_memory.py [--sessions 1000] [--calls 50]
+    python bench/sessions_memory.py [--sessions 1000] [--calls 50] [--audit both|default|none]
 
 Each session runs a coding agent's mix of tools, interleaved with the others' calls (all
 sessions stay open): it reads source files (about 2 KB each, a file re-read after an edit
@@ -172,9 +172,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sessions", type=int, default=1000)
     ap.add_argument("--calls", type=int, default=50)
+    ap.add_argument(
+        "--audit", choices=("both", "default", "none"), default="both", help="which runs"
+    )
     a = ap.parse_args()
     print(f"{a.sessions} sessions x {a.calls} calls, default MemoryStore")
-    for audit in (True, False):
+    for audit in {"both": (True, False), "default": (True,), "none": (False,)}[a.audit]:
         per = held(a.sessions, a.calls, audit)
         label = "default audit" if audit else "audit=[]"
         print(f"  {label:<14} {per / 1024:8.1f} KiB per session")

@@ -241,6 +241,12 @@ def test_a_swap_writes_a_long_value_that_differs_a_little_from_the_one_it_replac
     store.set("s", text)
     assert batch(store, [Op("swap", "s", text[:100] + "ä" + text[100:], text)]) == [True]
     assert store.get("s") == text[:100] + "ä" + text[100:]
+    # past 64 KiB (Redis's edits count in 16 bits: sent whole), a change near its end
+    big = "é" * 40_000
+    store.set("b", big)
+    changed = big[:39_990] + "ä" + big[39_990:]
+    assert batch(store, [Op("swap", "b", changed, big)]) == [True]
+    assert store.get("b") == changed
 
 
 def test_a_long_value_changed_anywhere_is_swapped_in_exactly(store: headway.Store) -> None:
@@ -378,5 +384,94 @@ def test_a_postgres_batch_is_planned_once_whatever_its_edits_and_number_of_delet
         )
         assert row[0] == 2 and row[1] > 0
         assert store.get("r") == old
+    finally:
+        store.close()
+
+
+@pytest.mark.redis
+def test_a_redis_connection_the_server_closed_while_idle_is_opened_again_before_a_batch() -> None:
+    # the store keeps its connections across commands: one the server closed meanwhile
+    # (a restart, CLIENT KILL, an idle timeout) is found before the batch is sent, so the
+    # batch runs and answers (never a store error for a command that was never sent)
+    from conftest import redis_store
+
+    store: Any = redis_store()
+    try:
+        assert store.batch([Op("set", "k", 1), Op("get", "k")]) == [True, 1]
+        (conn,) = store._idle
+        ours = store._command("CLIENT", "ID")
+        store._client.execute_command("CLIENT", "KILL", "ID", ours)  # another connection
+        assert store.batch([Op("set", "k", 2), Op("get", "k")]) == [True, 2]
+        assert store._idle == [conn] and store._command("CLIENT", "ID") != ours
+    finally:
+        store.close()
+
+
+@pytest.mark.redis
+def test_a_redis_command_whose_connection_fails_is_not_sent_again(monkeypatch: Any) -> None:
+    # a reply lost after the command was sent: the command may have run, so it is never
+    # sent again by the store (a keyed write's completion unrecorded is UNKNOWN, not run
+    # twice); the connection is dropped, and the next command opens it again
+    import redis
+
+    from conftest import redis_store
+
+    store: Any = redis_store()
+    try:
+        assert store.add("n", 0)
+        (conn,) = store._idle
+        sent: list[Any] = []
+        send, read = type(conn).send_command, type(conn).read_response
+
+        def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+            sent.append(args[0])
+            return send(self, *args, **kwargs)
+
+        def lost(self: Any, *args: Any, **kwargs: Any) -> Any:
+            read(self, *args, **kwargs)  # the server answered: the reply is lost here
+            raise redis.exceptions.ConnectionError("Connection reset by peer")
+
+        monkeypatch.setattr(type(conn), "send_command", counted)
+        monkeypatch.setattr(type(conn), "read_response", lost)
+        with pytest.raises(headway.StoreError, match="Connection reset"):
+            store.batch([Op("swap", "n", 1, 0)])
+        monkeypatch.undo()
+        assert sent == ["EVALSHA"]  # sent once
+        assert store.get("n") == 1  # and run
+        assert store.batch([Op("swap", "n", 2, 1)]) == [True]  # on a connection opened again
+    finally:
+        store.close()
+
+
+@pytest.mark.redis
+def test_a_forked_child_never_uses_the_redis_connections_of_its_parent() -> None:
+    # a worker forked from a process that used the store (a pre-forking server): replies
+    # on a shared socket would be read by the wrong process; the child opens its own
+    import os
+
+    from conftest import redis_store
+
+    store: Any = redis_store()
+    try:
+        assert store.batch([Op("set", "k", "parent")]) == [True]
+        (conn,) = store._idle
+        parent_port = conn._sock.getsockname()[1]
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: answer with the local port of the connection it used
+            code = 1
+            try:
+                assert store.batch([Op("set", "c", "child"), Op("get", "k")]) == [True, "parent"]
+                os.write(write, str(store._idle[0]._sock.getsockname()[1]).encode())
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(write)
+        _, status = os.waitpid(pid, 0)
+        child_port = int(os.read(read, 64) or b"0")
+        os.close(read)
+        assert status == 0 and child_port not in (0, parent_port)
+        assert store.batch([Op("get", "c"), Op("get", "k")]) == ["child", "parent"]
+        assert store._idle == [conn]  # the parent's own, still in use here
     finally:
         store.close()

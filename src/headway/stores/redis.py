@@ -11,6 +11,8 @@ only (not Redis Cluster).
 
 from __future__ import annotations
 
+import os
+import struct
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -67,19 +69,15 @@ local function same(current, expected)
   return current == expected
 end
 local function patch(base, e)
-  local out, pos, at = {}, 2, 0
-  while pos <= #e do
-    local semi = string.find(e, ';', pos, true)
-    if string.byte(e, pos) == 43 then
-      local n = tonumber(string.sub(e, pos + 1, semi - 1))
-      out[#out + 1] = string.sub(e, semi + 1, semi + n)
-      pos = semi + n + 1
-    else
-      local comma = string.find(e, ',', pos, true)
-      local from = at + tonumber(string.sub(e, pos, comma - 1))
-      at = from + tonumber(string.sub(e, comma + 1, semi - 1))
-      out[#out + 1] = string.sub(base, from + 1, at)
-      pos = semi + 1
+  local out, pos, at, n = {}, 2, 0, #e
+  while pos <= n do
+    local skip, len, add
+    skip, len, add, pos = struct.unpack('>HHH', e, pos)
+    at = at + skip + len
+    out[#out + 1] = string.sub(base, at - len + 1, at)
+    if add > 0 then
+      out[#out + 1] = string.sub(e, pos, pos + add - 1)
+      pos = pos + add
     end
   end
   return table.concat(out)
@@ -152,14 +150,26 @@ def _new(value: Any, expected: str) -> str | bytes:
     runs = _delta.edits(expected.encode(), new)
     if not _delta.worth(runs, len(new), 6):
         return text
-    out, end = [b"~"], 0
+    steps: list[list[Any]] = []  # [skip, length, added bytes]
+    end = 0
     for r in runs:
         if isinstance(r, tuple):
-            out.append(b"%d,%d;" % (r[0] - end, r[1]))
+            steps.append([r[0] - end, r[1], b""])
             end = r[0] + r[1]
+        elif steps:
+            steps[-1][2] += r
         else:
-            out += (b"+%d;" % len(r), bytes(r))  # type: ignore[arg-type]
+            steps.append([0, 0, r])
+    out = [b"~"]
+    for skip, length, added in steps:
+        if not (0 <= skip < _WIDE and length < _WIDE and len(added) < _WIDE):
+            return text  # a value past 64 KiB: sent whole
+        out += (_STEP.pack(skip, length, len(added)), added)
     return b"".join(out)
+
+
+_STEP = struct.Struct(">HHH")  # an edit's step: skip, length, added
+_WIDE = 1 << 16
 
 
 _LETTERS = {"get": "g", "x": "x", "delete": "d", "swap": "w", "set": "s", "add": "a"}
@@ -181,6 +191,11 @@ def _one_write(base: type[Any]) -> type[Any]:
 
 def _px(ttl_s: float | None) -> int | None:
     return None if ttl_s is None else max(1, int(ttl_s * 1000))
+
+
+def _px_args(ttl_s: float | None) -> tuple[Any, ...]:
+    px = _px(ttl_s)
+    return () if px is None else ("PX", px)
 
 
 class RedisStore:
@@ -210,6 +225,9 @@ class RedisStore:
             raise failure  # outside the handler: the driver's error is not chained to it
         pool = self._client.connection_pool
         pool.connection_class = _one_write(pool.connection_class)
+        self._pool: Any = pool
+        self._idle: list[Any] = []  # connections taken from the pool, this store's own
+        self._pid = os.getpid()
         self._swap: Any = self._client.register_script(_SWAP)
         self._batch: Any = self._client.register_script(_BATCH)
 
@@ -233,24 +251,49 @@ class RedisStore:
 
     def _eval(self, script: Any, keys: list[str], args: list[Any]) -> Any:
         """``script`` run by its SHA-1, loaded again when the server no longer has it (a
-        restart, ``SCRIPT FLUSH``): what redis-py's ``Script.__call__`` does, without its
-        checks for pipelines (~10 us of a batch's client time)."""
-        client: Any = self._client  # redis-py leaves execute_command untyped
+        restart, ``SCRIPT FLUSH``)."""
         try:
-            return client.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            return self._command("EVALSHA", script.sha, len(keys), *keys, *args)
         except _redis.exceptions.NoScriptError:
-            script.sha = client.script_load(script.script)
-            return client.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            script.sha = self._command("SCRIPT", "LOAD", script.script)
+            return self._command("EVALSHA", script.sha, len(keys), *keys, *args)
+
+    def _command(self, *args: Any) -> Any:
+        """One command and its reply on a connection this store keeps, without redis-py's
+        per-command machinery (its pool's bookkeeping, metrics and retries: some 40 us of
+        a round trip's 80 on this machine). Never sent again: a command whose connection
+        failed may have run, and the caller treats it as such (a keyed write's result not
+        recorded is UNKNOWN). A connection the server closed while it was idle (a restart)
+        is found before the command is sent, and opened again."""
+        if self._pid != os.getpid():  # a forked child: never the parent's sockets
+            self._idle, self._pid = [], os.getpid()
+        try:
+            conn = self._idle.pop()
+        except IndexError:
+            conn = self._pool.make_connection()
+        try:
+            self._pool.ensure_connection(conn)  # connected, nothing unread, not closed
+            conn.send_command(*args)
+            reply = conn.read_response()
+        except _redis.exceptions.ResponseError:  # the server's answer, read whole
+            self._idle.append(conn)
+            raise
+        except BaseException:
+            conn.disconnect()  # a reply half read, or none: never reused as it is
+            self._idle.append(conn)
+            raise
+        self._idle.append(conn)
+        return reply
 
     def get(self, key: str) -> Any | None:
-        return loads(self._do(self._client.get, self._k(key)))
+        return loads(self._do(self._command, "GET", self._k(key)))
 
     def set(self, key: str, value: Any, ttl_s: float | None = None) -> None:
-        self._do(self._client.set, self._k(key), dumps(value), px=_px(ttl_s))
+        self._do(self._command, "SET", self._k(key), dumps(value), *_px_args(ttl_s))
 
     def add(self, key: str, value: Any, ttl_s: float | None = None) -> bool:
-        text = dumps(value)
-        return bool(self._do(self._client.set, self._k(key), text, px=_px(ttl_s), nx=True))
+        command = ("SET", self._k(key), dumps(value), "NX", *_px_args(ttl_s))
+        return self._do(self._command, *command) is not None
 
     def swap(self, key: str, expected: Any, value: Any | None, ttl_s: float | None = None) -> bool:
         new = "" if value is None else dumps(value)
@@ -305,7 +348,10 @@ class RedisStore:
         ]
 
     def delete(self, key: str) -> None:
-        self._do(self._client.delete, self._k(key))
+        self._do(self._command, "DEL", self._k(key))
 
     def close(self) -> None:
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.disconnect()
         self._client.close()
