@@ -75,6 +75,26 @@ def test_non_json_values_are_refused_clearly(store: headway.Store) -> None:
     assert store.get("bad") is None
 
 
+def test_a_value_with_a_lone_surrogate_is_refused_as_a_store_error(store: headway.Store) -> None:
+    # not valid Unicode, so not UTF-8 a server or a file can hold: a StoreError on every
+    # store that writes text (the one in memory holds Python strings), and nothing written;
+    # the store answers the next operation as before
+    if isinstance(store, headway.MemoryStore):
+        pytest.skip("MemoryStore holds Python strings, lone surrogates too")
+    from headway.stores._base import Op, batch
+
+    store.set("k", "before")
+    for write in (
+        lambda: store.set("k", "a\ud800"),
+        lambda: store.swap("k", "before", ["\udfff"]),
+        lambda: batch(store, [Op("set", "j", 1), Op("set", "k", {"x": "\ud800"})]),
+    ):
+        with pytest.raises(headway.StoreError, match="surrogate"):
+            write()
+        assert store.get("k") == "before"
+    assert store.add("j", 2) and store.get("j") == 2  # the batch's first write: not made
+
+
 def test_concurrent_add_has_exactly_one_winner(store: headway.Store) -> None:
     wins: list[bool] = []
     barrier = threading.Barrier(16)

@@ -243,7 +243,7 @@ class RedisStore:
         print that one's message as it is)."""
         try:
             return fn(*args, **kwargs)
-        except _redis.RedisError as exc:
+        except (_redis.RedisError, UnicodeEncodeError) as exc:  # the latter: a lone surrogate
             failure = StoreError(
                 f"Redis store {self.url}: {type(exc).__name__}: {self._target.hide(str(exc))}"
             )
@@ -272,8 +272,13 @@ class RedisStore:
         except IndexError:
             conn = self._pool.make_connection()
         try:
+            packed = conn.pack_command(*args)
+        except BaseException:  # a value it cannot encode: nothing was sent
+            self._idle.append(conn)
+            raise
+        try:
             self._pool.ensure_connection(conn)  # connected, nothing unread, not closed
-            conn.send_command(*args)
+            conn.send_packed_command(packed)
             reply = conn.read_response()
         except _redis.exceptions.ResponseError:  # the server's answer, read whole
             self._idle.append(conn)

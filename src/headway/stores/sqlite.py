@@ -67,6 +67,8 @@ class SQLiteStore:
         nowait = getattr(self._local, "inline", False)
         try:
             return self._conn(nowait).execute(sql, params)
+        except UnicodeEncodeError as exc:  # a lone surrogate: nothing was written
+            raise StoreError(f"SQLite store {self.path!r}: {exc}") from exc
         except sqlite3.Error as exc:
             if nowait and _busy(exc):  # the statement did nothing: the caller may wait for it
                 raise BlockingIOError(f"SQLite store {self.path!r} is locked") from exc
