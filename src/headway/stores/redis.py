@@ -52,8 +52,10 @@ return 1
 # keys' tails; then come the values, in the operations' order: one for a set or an add,
 # two for a swap (its new value, '' to delete, then its expected one), one for an x, none
 # for a get or a del. A swap's new value may come as '~' and edits of the value it
-# replaces (``_delta``): 'skip,length;' copies a run of it that starts skip bytes past the
-# end of the run copied before, '+length;' and that many bytes are inserted. An expected
+# replaces (``_delta``): steps of three 16-bit big-endian numbers, each copying the run of
+# its second number's bytes that starts its first number's bytes past the end of the run
+# copied before, then inserting as many bytes as its third number says, which follow it
+# (``struct`` reads a step in one call, where text numbers took seven). An expected
 # value written '#' and the 20 bytes of a SHA-1 (never a JSON text) is compared with the
 # stored value's digest. Results: a get's value (nil when absent; '=' for an x whose value
 # is the expected one), 1 or 0 for the others, nil when skipped. The keys are built here:
