@@ -199,8 +199,9 @@ def dumps(value: Any) -> str:
     sorted keys, compact, not ASCII-escaped, finite numbers only."""
     global _memo
     if type(value) is str and len(value) >= _LONG:
-        # a shared session's record: the text a swap writes is the one the next swap
-        # expects, and escaping 4-5 KB of JSON costs some 4 us each time
+        # a shared session's record (whole, 4-5 KB, or its head, 0.6 KB): the text a swap
+        # writes is the one the next swap expects (the same text object, whose digest
+        # ``digest`` remembers too), and escaping 4-5 KB of JSON costs some 4 us each time
         memo = _memo
         for held, text in memo:
             if held is value:
@@ -211,7 +212,7 @@ def dumps(value: Any) -> str:
     return text_of(value)[0]
 
 
-_LONG = 1024  # strings this long are remembered, the last two (by identity: strs never change)
+_LONG = 256  # strings this long are remembered, the last two (by identity: strs never change)
 _memo: tuple[tuple[Any, str], tuple[Any, str]] = ((None, ""), (None, ""))
 
 
