@@ -104,6 +104,9 @@ def versions(p: dict[str, Any]) -> list[int]:
 
 
 def _runs(vs: list[int]) -> list[list[int]]:
+    """``vs`` as runs of consecutive versions, [first, count] each."""
+    if vs and vs == list(range(vs[0], vs[0] + len(vs))):  # most often one run (in C)
+        return [[vs[0], len(vs)]]
     runs: list[list[int]] = []
     for v in vs:
         if runs and runs[-1][0] + runs[-1][1] == v:
