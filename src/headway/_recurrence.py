@@ -152,24 +152,23 @@ class Recurrence:
 
     def dump(self) -> list[list[Any]]:
         """The window's entries as JSON (a session record); the last page is not kept."""
-        words = self._words
-        return [
-            [tool, *words[at : at + _WIDTH - 1], bool(words[at + _WIDTH - 1])]
-            for tool, at in zip(self._tools, range(0, len(words), _WIDTH), strict=True)
-        ]
+        return [self._entry(i) for i in range(len(self._tools))]
 
     def texts(self) -> list[str]:
         """``dump()``'s entries as JSON texts, each encoded once."""
         texts = self._texts
         if texts is None:
             texts = self._texts = [None] * len(self._tools)
-        words = self._words
         for i, text in enumerate(texts):
             if text is None:
-                at = i * _WIDTH
-                entry = [self._tools[i], *words[at : at + _WIDTH - 1], bool(words[at + _WIDTH - 1])]
-                texts[i] = orjson.dumps(entry).decode()
+                texts[i] = orjson.dumps(self._entry(i)).decode()
         return list(texts)  # type: ignore[arg-type]  # a copy, every item encoded above
+
+    def _entry(self, i: int) -> list[Any]:
+        """The ``i``-th entry as JSON: its tool, three digests and whether it was new."""
+        at = i * _WIDTH
+        words = self._words
+        return [self._tools[i], *words[at : at + _WIDTH - 1], bool(words[at + _WIDTH - 1])]
 
     def load(self, entries: Sequence[Sequence[Any]]) -> None:
         """Replace the window by ``dump()``'s entries (of any worker)."""
